@@ -1,0 +1,225 @@
+"""The engine protocol: what the runtime needs from an inference engine.
+
+An engine owns a prefix (radix) KV cache and its accounting. The runtime talks to it through
+token ids only (never text), so that a prefetched prefix is an exact prefix of the later real
+request (DESIGN §3).
+
+Rules every implementation keeps:
+
+* ``prefill`` computes and caches the KV of ``ids`` without decoding. It is how speculation warms
+  the cache. It returns a :class:`PrefillResult`; an aborted prefill is *not* an error, it returns
+  ``status=ABORTED`` and the KV computed before the abort stays cached.
+* ``generate`` is a live request. ``Completion.cached_tokens`` is the number of prompt tokens whose
+  KV came from the cache (computed earlier by any request, speculative or live).
+* ``priority`` is an int; higher runs first (SGLang's default). :class:`Priority` names the two
+  classes agentwarm uses. Live work always goes before speculative work.
+* ``namespace`` is part of the cache key (tenant isolation, SGLang's ``cache_salt``): two
+  namespaces never share cached KV.
+* ``session`` is a routing key: engines with several workers send every request of one session
+  (a workflow run) to the same worker. Single-worker engines ignore it.
+* ``rid`` identifies a request for ``abort``. Use :func:`new_rid` (fixed length, unique) because
+  SGLang matches rids by prefix.
+* ``encode`` never adds special tokens, so segment-wise encodings can be concatenated.
+* Failures raise :mod:`agentwarm.errors` types, translated ``from`` the original exception.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from types import TracebackType
+
+__all__ = (
+    "Completion",
+    "Engine",
+    "EngineStats",
+    "PrefillResult",
+    "PrefillStatus",
+    "Priority",
+    "StreamChunk",
+    "new_rid",
+)
+
+
+class Priority(IntEnum):
+    """Priority classes. Higher wins, as in SGLang's ``--enable-priority-scheduling``."""
+
+    SPECULATIVE = 0
+    LIVE = 10
+
+
+class PrefillStatus(StrEnum):
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillResult:
+    """Outcome of a prefill-only request.
+
+    ``cached_tokens`` were already in the cache when the request was scheduled;
+    ``computed_tokens`` were computed by this request (fewer than ``prompt_tokens - cached_tokens``
+    when it was aborted part-way).
+    """
+
+    rid: str
+    prompt_tokens: int
+    cached_tokens: int
+    computed_tokens: int
+    status: PrefillStatus
+
+    @property
+    def done(self) -> bool:
+        return self.status is PrefillStatus.DONE
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """Result of a live ``generate`` call.
+
+    ``ttft_s`` is measured from the call to the first generated token;
+    ``cached_tokens`` of the ``prompt_tokens`` came from the prefix cache.
+    ``finish_reason`` is ``"stop"`` (EOS or stop token), ``"length"`` or ``"abort"``.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_s: float
+    finish_reason: str
+    rid: str = ""
+    e2e_s: float = 0.0
+
+    @property
+    def computed_tokens(self) -> int:
+        """Prompt tokens this request had to prefill itself."""
+        return self.prompt_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One piece of a streamed generation; the last chunk carries the final ``completion``."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    completion: Completion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Cache and traffic counters of an engine, cumulative since start (or last flush)."""
+
+    cached_tokens: int
+    capacity_tokens: int | None
+    evicted_tokens: int
+    hit_tokens: int
+    prompt_tokens: int
+    computed_tokens: int
+    requests: int
+    aborted: int
+
+
+def new_rid() -> str:
+    """A fixed-length (32 hex chars) unique request id; safe for SGLang's prefix-matched aborts."""
+    return uuid.uuid4().hex
+
+
+class Engine(ABC):
+    """Abstract inference engine. See the module docstring for the rules implementations keep."""
+
+    model_name: str = "unknown"
+
+    @abstractmethod
+    async def prefill(
+        self,
+        ids: Sequence[int],
+        *,
+        priority: int = Priority.SPECULATIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+    ) -> PrefillResult:
+        """Compute and cache the KV of ``ids`` without decoding."""
+
+    @abstractmethod
+    async def generate(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Prefill ``ids`` (reusing cached prefix KV) and decode up to ``max_tokens`` tokens.
+
+        Raises :class:`~agentwarm.errors.RequestAborted` if aborted.
+        """
+
+    async def generate_stream(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Like :meth:`generate` but yields tokens as they are decoded.
+
+        The default yields one chunk with the whole completion; engines override it.
+        """
+        completion = await self.generate(
+            ids,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            priority=priority,
+            rid=rid,
+            namespace=namespace,
+            session=session,
+            seed=seed,
+        )
+        yield StreamChunk(completion.token_ids, completion.text, completion)
+
+    @abstractmethod
+    async def abort(self, rid: str) -> None:
+        """Abort request ``rid`` if it is queued or running; unknown rids are ignored."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, without special tokens."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``."""
+
+    @abstractmethod
+    async def stats(self) -> EngineStats:
+        """Current cache and traffic counters."""
+
+    async def flush_cache(self) -> None:  # noqa: B027 - optional hook, default no-op
+        """Drop every unlocked cached prefix (SGLang's ``/flush_cache``)."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, default no-op
+        """Release resources (threads, connections). Idempotent."""
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
