@@ -132,6 +132,9 @@ class Engine(ABC):
     """Abstract inference engine. See the module docstring for the rules implementations keep."""
 
     model_name: str = "unknown"
+    #: True when a live request reuses an in-flight speculative prefill of its prefix (so the
+    #: runtime need not wait for that prefill before sending the live request).
+    supports_promotion: bool = False
 
     @abstractmethod
     async def prefill(
