@@ -1,0 +1,509 @@
+"""A token-level radix tree: the prefix cache shared by the fake and the embedded engine.
+
+Keys are token-id sequences; each node stores the ids of one edge (``key``) and an optional
+payload covering exactly those tokens (per-layer K/V for the :class:`LocalEngine`, ``None`` for
+the :class:`FakeEngine`). The namespace is part of the key: every namespace has its own root,
+so two namespaces never share a node.
+
+Rules callers keep:
+
+* One owner. The tree is not thread-safe; the engine that owns it mutates it from one thread.
+* Node handles (:class:`RadixNode`) stay valid across splits: a split inserts a new parent above
+  the node, which keeps its identity, children, locks and pins.
+* ``match_prefix`` and ``insert`` split a node when the match ends inside it, so the returned
+  node always covers exactly the matched ids and ``values`` are whole node payloads.
+* ``lock(node)`` protects the path root→node until the matching ``unlock(node)``; locked nodes
+  are never evicted. Every ``lock`` needs exactly one ``unlock`` on the same handle.
+* ``pin(node, ttl_s)`` protects node (and, because eviction is leaf-first, its ancestors) until
+  ``unpin(node)`` or until the TTL runs out; an expired pin counts as no pin. Pins on a node are
+  counted; ``unpin`` drops one and is a no-op on an unpinned or evicted node.
+* With ``max_tokens`` set, ``total_tokens <= max_tokens`` always holds. ``insert`` evicts LRU
+  leaves to make room; if locked or pinned nodes leave too little room it stores only the first
+  part of the new ids that fits (possibly nothing) and reports the stored length.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, NamedTuple, Protocol, TypeVar
+
+__all__ = ("InsertResult", "MatchResult", "PayloadOps", "RadixCache", "RadixNode")
+
+V = TypeVar("V")
+
+
+class PayloadOps(Protocol[V]):
+    """How the tree measures and cuts payloads. Only needed when nodes carry payloads."""
+
+    def length(self, value: V) -> int:
+        """Number of tokens ``value`` covers."""
+        ...
+
+    def slice(self, value: V, start: int, stop: int) -> V:
+        """Tokens ``start:stop`` of ``value``, as a value the tree may keep.
+
+        Called when a node is split and when only part of an inserted value is stored; an
+        implementation backed by tensors should return a compact copy, not a view that keeps
+        the whole original alive.
+        """
+        ...
+
+
+class RadixNode(Generic[V]):
+    """One edge of the tree. Read-only to callers; pass it back to lock/unlock/pin/unpin."""
+
+    __slots__ = (
+        "access_tick",
+        "children",
+        "depth",
+        "key",
+        "last_access",
+        "lock_ref",
+        "namespace",
+        "own_locks",
+        "parent",
+        "pin_count",
+        "pin_until",
+        "value",
+    )
+
+    def __init__(
+        self,
+        namespace: str,
+        key: tuple[int, ...],
+        value: V | None,
+        parent: RadixNode[V] | None,
+    ) -> None:
+        self.namespace = namespace
+        self.key = key
+        self.value = value
+        self.parent = parent
+        self.children: dict[int, RadixNode[V]] = {}
+        self.depth: int = (parent.depth if parent is not None else 0) + len(key)
+        self.lock_ref = 0
+        self.own_locks = 0
+        self.pin_count = 0
+        self.pin_until = 0.0
+        self.last_access = 0.0
+        self.access_tick = 0
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is None
+
+    def path(self) -> list[RadixNode[V]]:
+        """Nodes from the first child of the root down to this node."""
+        nodes: list[RadixNode[V]] = []
+        node: RadixNode[V] | None = self
+        while node is not None and node.parent is not None:
+            nodes.append(node)
+            node = node.parent
+        nodes.reverse()
+        return nodes
+
+    def prefix_ids(self) -> tuple[int, ...]:
+        """All token ids from the root to the end of this node."""
+        return tuple(tok for node in self.path() for tok in node.key)
+
+    def __repr__(self) -> str:
+        return (
+            f"RadixNode(ns={self.namespace!r}, depth={self.depth}, len={len(self.key)}, "
+            f"lock_ref={self.lock_ref}, pins={self.pin_count})"
+        )
+
+
+class MatchResult(NamedTuple, Generic[V]):
+    """``length`` ids matched; ``node`` ends exactly there; ``values`` are the payloads of the
+    nodes on the path root→node, in order, covering exactly ``length`` tokens."""
+
+    length: int
+    node: RadixNode[V]
+    values: tuple[V | None, ...]
+
+
+class InsertResult(NamedTuple, Generic[V]):
+    """``cached_len`` ids were already present; the path root→``node`` now covers the first
+    ``length`` ids (``length < len(ids)`` only when the budget left no room)."""
+
+    cached_len: int
+    node: RadixNode[V]
+    length: int
+
+
+class RadixCache(Generic[V]):
+    """Token-level radix tree with namespaces, locks, TTL pins and LRU eviction.
+
+    ``max_tokens`` is the token budget (``None``: unbounded). ``clock`` drives pin expiry and LRU
+    order (inject a fake one in tests). ``ops`` measures and slices payloads; without it the tree
+    stores no payloads and ``values`` hold ``None``.
+    """
+
+    def __init__(
+        self,
+        max_tokens: int | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        ops: PayloadOps[V] | None = None,
+    ) -> None:
+        if max_tokens is not None and max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.clock = clock
+        self.ops = ops
+        self._roots: dict[str, RadixNode[V]] = {}
+        self._ticks = itertools.count()
+        self.total_tokens = 0
+        self.locked_tokens = 0
+        self.evicted_tokens = 0
+
+    # ----------------------------------------------------------------- lookup
+
+    def match_prefix(self, namespace: str, ids: Sequence[int]) -> MatchResult[V]:
+        """Longest cached prefix of ``ids`` in ``namespace``; touches the path's LRU time."""
+        node, length = self._walk(namespace, ids)
+        self._touch(node)
+        path = node.path()
+        return MatchResult(length, node, tuple(n.value for n in path))
+
+    def _walk(self, namespace: str, ids: Sequence[int]) -> tuple[RadixNode[V], int]:
+        node = self._root(namespace)
+        pos = 0
+        n = len(ids)
+        while pos < n:
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            key = child.key
+            k = _common_len(key, ids, pos)
+            if k < len(key):
+                node = self._split(child, k)
+                pos += k
+                break
+            node = child
+            pos += k
+        return node, pos
+
+    # ----------------------------------------------------------------- insert
+
+    def insert(
+        self,
+        namespace: str,
+        ids: Sequence[int],
+        value: V | None = None,
+        *,
+        value_offset: int = 0,
+    ) -> InsertResult[V]:
+        """Cache ``ids``; ``value`` covers ``ids[value_offset:]``.
+
+        Only the part not already present is stored (sliced out of ``value``). If the cached
+        part is shorter than ``value_offset`` there is a gap the tree cannot fill, so nothing is
+        stored. Evicts to stay within the budget and stores only what fits.
+        """
+        if self.ops is not None and value is not None:
+            have = self.ops.length(value)
+            if have != len(ids) - value_offset:
+                raise ValueError(
+                    f"value covers {have} tokens, ids[{value_offset}:] has "
+                    f"{len(ids) - value_offset}"
+                )
+        node, cached = self._walk(namespace, ids)
+        want = len(ids) - cached
+        if want == 0 or cached < value_offset:
+            self._touch(node)
+            return InsertResult(cached, node, cached)
+        room = want
+        if self.max_tokens is not None:
+            free = self.max_tokens - self.total_tokens
+            if free < want:
+                self.lock(node)
+                try:
+                    self.evict(want - free)
+                finally:
+                    self.unlock(node)
+                room = min(want, self.max_tokens - self.total_tokens)
+        if room <= 0:
+            self._touch(node)
+            return InsertResult(cached, node, cached)
+        stop = cached + room
+        piece: V | None = None
+        if value is not None and self.ops is not None:
+            start, end = cached - value_offset, stop - value_offset
+            piece = (
+                value
+                if (start, end) == (0, self.ops.length(value))
+                else (self.ops.slice(value, start, end))
+            )
+        child = RadixNode(namespace, tuple(ids[cached:stop]), piece, node)
+        node.children[child.key[0]] = child
+        self.total_tokens += room
+        self._touch(child)
+        return InsertResult(cached, child, stop)
+
+    # ------------------------------------------------------------ lock / pin
+
+    def lock(self, node: RadixNode[V]) -> None:
+        """Protect the path root→``node`` from eviction (reference counted)."""
+        node.own_locks += 1
+        cur: RadixNode[V] | None = node
+        while cur is not None:
+            if cur.lock_ref == 0:
+                self.locked_tokens += len(cur.key)
+            cur.lock_ref += 1
+            cur = cur.parent
+
+    def unlock(self, node: RadixNode[V]) -> None:
+        """Release one :meth:`lock` of ``node``. Raises ValueError if it holds none."""
+        if node.own_locks <= 0:
+            raise ValueError(f"unlock of a node that is not locked: {node!r}")
+        node.own_locks -= 1
+        cur: RadixNode[V] | None = node
+        while cur is not None:
+            cur.lock_ref -= 1
+            if cur.lock_ref == 0:
+                self.locked_tokens -= len(cur.key)
+            cur = cur.parent
+
+    def pin(self, node: RadixNode[V], ttl_s: float) -> None:
+        """Protect ``node`` and its ancestors for ``ttl_s`` seconds (or until :meth:`unpin`)."""
+        now = self.clock()
+        if not self.is_pinned(node):
+            node.pin_count = 0
+        node.pin_count += 1
+        node.pin_until = max(node.pin_until, now + ttl_s)
+
+    def unpin(self, node: RadixNode[V]) -> None:
+        """Drop one pin of ``node``; no-op if it has none."""
+        if node.pin_count > 0:
+            node.pin_count -= 1
+        if node.pin_count == 0:
+            node.pin_until = 0.0
+
+    def is_pinned(self, node: RadixNode[V]) -> bool:
+        """True while ``node`` holds an unexpired pin."""
+        return node.pin_count > 0 and self.clock() < node.pin_until
+
+    def is_attached(self, node: RadixNode[V]) -> bool:
+        """True while ``node`` is still in the tree (not evicted or flushed)."""
+        cur = node
+        while cur.parent is not None:
+            if cur.parent.children.get(cur.key[0]) is not cur:
+                return False
+            cur = cur.parent
+        return self._roots.get(cur.namespace) is cur
+
+    # --------------------------------------------------------------- eviction
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict least-recently-used unprotected leaves until ``num_tokens`` are freed.
+
+        Returns the number of tokens freed (less when everything left is locked or pinned,
+        possibly more because whole nodes go).
+        """
+        if num_tokens <= 0:
+            return 0
+        now = self.clock()
+        heap = [
+            (n.last_access, n.access_tick, id(n), n)
+            for n in self._nodes()
+            if self._evictable_leaf(n, now)
+        ]
+        heapq.heapify(heap)
+        freed = 0
+        while heap and freed < num_tokens:
+            *_, node = heapq.heappop(heap)
+            parent = node.parent
+            assert parent is not None
+            self._remove(node)
+            freed += len(node.key)
+            if not parent.is_root and self._evictable_leaf(parent, now):
+                heapq.heappush(heap, (parent.last_access, parent.access_tick, id(parent), parent))
+        self.evicted_tokens += freed
+        self._drop_empty_roots()
+        return freed
+
+    def reset(self) -> int:
+        """Drop every unlocked node (pins included); returns the tokens dropped."""
+        dropped = 0
+        for root in list(self._roots.values()):
+            for child in list(root.children.values()):
+                dropped += self._drop_unlocked(child)
+        self.evicted_tokens += dropped
+        self._drop_empty_roots()
+        return dropped
+
+    def _drop_unlocked(self, node: RadixNode[V]) -> int:
+        if node.lock_ref > 0:
+            return sum(self._drop_unlocked(c) for c in list(node.children.values()))
+        dropped = sum(len(n.key) for n in _subtree(node))
+        parent = node.parent
+        assert parent is not None
+        del parent.children[node.key[0]]
+        node.parent = None
+        self.total_tokens -= dropped
+        return dropped
+
+    def _evictable_leaf(self, node: RadixNode[V], now: float) -> bool:
+        return (
+            not node.children
+            and node.parent is not None
+            and node.lock_ref == 0
+            and not (node.pin_count > 0 and now < node.pin_until)
+        )
+
+    def _remove(self, node: RadixNode[V]) -> None:
+        parent = node.parent
+        assert parent is not None and not node.children
+        del parent.children[node.key[0]]
+        node.parent = None
+        node.pin_count = 0
+        node.pin_until = 0.0
+        self.total_tokens -= len(node.key)
+
+    def _drop_empty_roots(self) -> None:
+        for ns, root in list(self._roots.items()):
+            if not root.children and root.lock_ref == 0:
+                del self._roots[ns]
+
+    # --------------------------------------------------------------- counters
+
+    @property
+    def evictable_tokens(self) -> int:
+        """Tokens that eviction could free now (not locked, no unexpired pin below them)."""
+        now = self.clock()
+        total = 0
+        for root in self._roots.values():
+            for child in root.children.values():
+                total += self._evictable_in(child, now)[0]
+        return total
+
+    def _evictable_in(self, node: RadixNode[V], now: float) -> tuple[int, bool]:
+        """(evictable tokens in the subtree, whether the subtree holds a protected node)."""
+        total = 0
+        protected = node.lock_ref > 0 or (node.pin_count > 0 and now < node.pin_until)
+        for child in node.children.values():
+            sub, sub_protected = self._evictable_in(child, now)
+            total += sub
+            protected = protected or sub_protected
+        if not protected:
+            total += len(node.key)
+        return total, protected
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(self._roots)
+
+    def _root(self, namespace: str) -> RadixNode[V]:
+        root = self._roots.get(namespace)
+        if root is None:
+            root = RadixNode[V](namespace, (), None, None)
+            self._roots[namespace] = root
+        return root
+
+    def _nodes(self) -> Iterator[RadixNode[V]]:
+        for root in self._roots.values():
+            for child in root.children.values():
+                yield from _subtree(child)
+
+    def _touch(self, node: RadixNode[V]) -> None:
+        now = self.clock()
+        tick = next(self._ticks)
+        cur: RadixNode[V] | None = node
+        while cur is not None:
+            cur.last_access = now
+            cur.access_tick = tick
+            cur = cur.parent
+
+    def _split(self, node: RadixNode[V], at: int) -> RadixNode[V]:
+        """Cut ``node`` after ``at`` tokens; the new upper part is returned, ``node`` keeps the
+        rest and its identity (locks, pins, children)."""
+        parent = node.parent
+        assert parent is not None and 0 < at < len(node.key)
+        head_value: V | None = None
+        if node.value is not None and self.ops is not None:
+            head_value = self.ops.slice(node.value, 0, at)
+            node.value = self.ops.slice(node.value, at, len(node.key))
+        head = RadixNode(node.namespace, node.key[:at], head_value, parent)
+        head.lock_ref = node.lock_ref
+        head.last_access = node.last_access
+        head.access_tick = node.access_tick
+        parent.children[head.key[0]] = head
+        node.key = node.key[at:]
+        node.parent = head
+        head.children[node.key[0]] = node
+        return head
+
+    # -------------------------------------------------------------- integrity
+
+    def check_integrity(self) -> None:
+        """Recount everything; raise RuntimeError naming the counts that disagree."""
+        problems: list[str] = []
+        total = locked = 0
+        for ns, root in self._roots.items():
+            if root.parent is not None or root.key or root.namespace != ns:
+                problems.append(f"root of namespace {ns!r} is malformed: {root!r}")
+            total_ns, locked_ns = self._check_subtree(root, problems)
+            total += total_ns
+            locked += locked_ns
+        if total != self.total_tokens:
+            problems.append(f"total_tokens={self.total_tokens} but nodes hold {total}")
+        if locked != self.locked_tokens:
+            problems.append(f"locked_tokens={self.locked_tokens} but locked nodes hold {locked}")
+        if self.max_tokens is not None and self.total_tokens > self.max_tokens:
+            problems.append(f"total_tokens={self.total_tokens} > max_tokens={self.max_tokens}")
+        if problems:
+            raise RuntimeError("radix cache integrity: " + "; ".join(problems))
+
+    def _check_subtree(self, node: RadixNode[V], problems: list[str]) -> tuple[int, int]:
+        total = locked = 0
+        stack = [node]
+        while stack:
+            cur = stack.pop()
+            if not cur.is_root:
+                total += len(cur.key)
+                if cur.lock_ref > 0:
+                    locked += len(cur.key)
+                if not cur.key:
+                    problems.append(f"empty key in {cur!r}")
+                if self.ops is not None and cur.value is not None:
+                    have = self.ops.length(cur.value)
+                    if have != len(cur.key):
+                        problems.append(f"payload covers {have} tokens, key has {len(cur.key)}")
+            child_locks = 0
+            for first, child in cur.children.items():
+                if child.parent is not cur:
+                    problems.append(f"child {child!r} does not link back to its parent")
+                if not child.key or child.key[0] != first:
+                    problems.append(f"child {child!r} filed under token {first}")
+                if child.namespace != cur.namespace:
+                    problems.append(f"child {child!r} in namespace {cur.namespace!r}")
+                if child.depth != cur.depth + len(child.key):
+                    problems.append(f"child {child!r} depth != {cur.depth} + {len(child.key)}")
+                child_locks += child.lock_ref
+                stack.append(child)
+            if cur.lock_ref != cur.own_locks + child_locks or cur.own_locks < 0:
+                problems.append(
+                    f"lock_ref={cur.lock_ref} != own {cur.own_locks} + children {child_locks}"
+                    f" at {cur!r}"
+                )
+        return total, locked
+
+
+def _common_len(key: tuple[int, ...], ids: Sequence[int], pos: int) -> int:
+    n = min(len(key), len(ids) - pos)
+    if key[:n] == tuple(ids[pos : pos + n]):
+        return n
+    i = 0
+    while i < n and key[i] == ids[pos + i]:
+        i += 1
+    return i
+
+
+def _subtree(node: RadixNode[V]) -> Iterator[RadixNode[V]]:
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        stack.extend(cur.children.values())
