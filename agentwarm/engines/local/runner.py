@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = (
     "KV",
+    "KV_OPS",
+    "KVOps",
     "ModelRunner",
     "SequenceState",
     "concat_kv",
@@ -106,6 +108,22 @@ def empty_kv(
 ) -> KV:
     """A KV of zero tokens."""
     return torch.empty(num_layers, 2, num_kv_heads, 0, head_dim, dtype=dtype, device=device)
+
+
+class KVOps:
+    """Payload operations for :class:`~agentwarm.engines.radix.RadixCache` nodes holding KV.
+
+    ``slice`` returns compact copies, so a stored piece never keeps a larger tensor alive.
+    """
+
+    def length(self, value: KV) -> int:
+        return kv_len(value)
+
+    def slice(self, value: KV, start: int, stop: int) -> KV:
+        return slice_kv(value, start, stop, copy=True)
+
+
+KV_OPS = KVOps()
 
 
 def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator:
