@@ -1,0 +1,323 @@
+"""``FakeEngine``: a deterministic engine with a real radix cache and a cost model, no torch.
+
+It schedules like the embedded engine (one worker, chunked prefill, LIVE before SPECULATIVE,
+aborts honoured between chunks, computed chunks kept) but computes nothing: a prefill chunk of
+``n`` uncached tokens takes ``n * seconds_per_token`` and each output token
+``seconds_per_output_token``. Use it to test workflows and policies fast and exactly.
+
+Text is byte-encoded (one token per UTF-8 byte). Outputs are pseudo-random lowercase words that
+depend only on the prompt ids (and ``seed`` when ``temperature > 0``), so a run is reproducible
+and outputs are identical with or without prefetching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentwarm.engines.base import (
+    Completion,
+    Engine,
+    EngineStats,
+    PrefillResult,
+    PrefillStatus,
+    Priority,
+    new_rid,
+)
+from agentwarm.engines.radix import RadixCache, RadixNode
+from agentwarm.errors import EngineUnavailable, InvalidRequest, RequestAborted
+
+__all__ = ("FakeEngine", "RequestLog")
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz     "
+
+
+@dataclass(slots=True)
+class RequestLog:
+    """One finished request as the engine saw it (for tests and debugging)."""
+
+    rid: str
+    kind: str
+    priority: int
+    namespace: str
+    session: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    computed_tokens: int
+    status: str
+
+
+@dataclass(eq=False)
+class _Item:
+    kind: str
+    ids: tuple[int, ...]
+    priority: int
+    rid: str
+    namespace: str
+    session: str | None
+    seq: int
+    future: asyncio.Future[tuple[int, int, bool]]
+    pos: int = 0
+    cached: int | None = None
+    computed: int = 0
+    aborted: bool = False
+    node: RadixNode[None] | None = field(default=None, repr=False)
+
+
+class FakeEngine(Engine):
+    """Deterministic engine for tests and simulations (see module docstring).
+
+    ``max_cached_tokens`` bounds the radix cache; speculative prefills pin their prefix for
+    ``pin_ttl_s``. ``log`` records every finished request and ``aborts`` every abort received.
+    """
+
+    supports_promotion = True
+    provider_name = "agentwarm.fake"
+
+    def __init__(
+        self,
+        *,
+        seconds_per_token: float = 2e-5,
+        seconds_per_output_token: float = 2e-4,
+        chunk_size: int = 256,
+        max_cached_tokens: int | None = None,
+        pin_ttl_s: float = 30.0,
+        max_context: int = 1 << 20,
+        model_name: str = "fake",
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        self.seconds_per_token = seconds_per_token
+        self.seconds_per_output_token = seconds_per_output_token
+        self.chunk_size = chunk_size
+        self.pin_ttl_s = pin_ttl_s
+        self.max_context = max_context
+        self.model_name = model_name
+        self.cache: RadixCache[None] = RadixCache(max_cached_tokens)
+        self.log: list[RequestLog] = []
+        self.aborts: list[str] = []
+        self.chunks = 0
+        self._queue: list[_Item] = []
+        self._by_rid: dict[str, _Item] = {}
+        self._seq = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._closed = False
+        self._hit_tokens = 0
+        self._prompt_tokens = 0
+        self._computed_tokens = 0
+        self._aborted = 0
+
+    # --- protocol ---------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    async def prefill(
+        self,
+        ids: Sequence[int],
+        *,
+        priority: int = Priority.SPECULATIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+    ) -> PrefillResult:
+        item = self._enqueue("prefill", ids, priority, rid, namespace, session)
+        cached, computed, aborted = await item.future
+        status = PrefillStatus.ABORTED if aborted else PrefillStatus.DONE
+        return PrefillResult(item.rid, len(item.ids), cached, computed, status)
+
+    async def generate(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        t0 = time.perf_counter()
+        item = self._enqueue("generate", ids, priority, rid, namespace, session)
+        cached, _computed, aborted = await item.future
+        if aborted:
+            raise RequestAborted(f"request {item.rid} was aborted")
+        n = max(1, max_tokens)
+        await asyncio.sleep(self.seconds_per_output_token)
+        ttft = time.perf_counter() - t0
+        if n > 1:
+            await asyncio.sleep(self.seconds_per_output_token * (n - 1))
+        out = self._output(item.ids, n, temperature, seed)
+        return Completion(
+            text=self.decode(out),
+            token_ids=tuple(out),
+            prompt_tokens=len(item.ids),
+            cached_tokens=cached,
+            ttft_s=ttft,
+            finish_reason="length",
+            rid=item.rid,
+            e2e_s=time.perf_counter() - t0,
+        )
+
+    async def abort(self, rid: str) -> None:
+        self.aborts.append(rid)
+        item = self._by_rid.get(rid)
+        if item is not None:
+            item.aborted = True
+            self._kick()
+
+    async def stats(self) -> EngineStats:
+        return EngineStats(
+            cached_tokens=self.cache.total_tokens,
+            capacity_tokens=self.cache.max_tokens,
+            evicted_tokens=self.cache.evicted_tokens,
+            hit_tokens=self._hit_tokens,
+            prompt_tokens=self._prompt_tokens,
+            computed_tokens=self._computed_tokens,
+            requests=len(self.log),
+            aborted=self._aborted,
+        )
+
+    async def flush_cache(self) -> None:
+        self.cache.reset()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for item in self._queue:
+            item.aborted = True
+        self._kick()
+        if self._worker is not None:
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+
+    # --- scheduling -------------------------------------------------------------------------
+
+    def _enqueue(
+        self,
+        kind: str,
+        ids: Sequence[int],
+        priority: int,
+        rid: str | None,
+        namespace: str,
+        session: str | None,
+    ) -> _Item:
+        if self._closed:
+            raise EngineUnavailable("FakeEngine is closed")
+        if not ids:
+            raise InvalidRequest("empty prompt: ids must hold at least one token")
+        if len(ids) > self.max_context:
+            raise InvalidRequest(
+                f"prompt of {len(ids)} tokens exceeds the context length {self.max_context}"
+            )
+        loop = asyncio.get_running_loop()
+        item = _Item(
+            kind=kind,
+            ids=tuple(ids),
+            priority=int(priority),
+            rid=rid or new_rid(),
+            namespace=namespace,
+            session=session,
+            seq=next(self._seq),
+            future=loop.create_future(),
+        )
+        self._queue.append(item)
+        self._by_rid[item.rid] = item
+        if self._worker is None or self._worker.done():
+            self._wake = asyncio.Event()
+            self._worker = loop.create_task(self._run())
+        self._kick()
+        return item
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while not self._closed or self._queue:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            for dead in [it for it in self._queue if it.aborted]:
+                self._finish(dead, aborted=True)
+            if self._queue:
+                item = max(self._queue, key=lambda it: (it.priority, -it.seq))
+                await self._advance(item)
+
+    async def _advance(self, item: _Item) -> None:
+        """Run one chunk of ``item`` (or finish it): re-match the tree first, so work another
+        request inserted meanwhile is reused, never recomputed."""
+        if item.aborted:
+            self._finish(item, aborted=True)
+            return
+        match = self.cache.match_prefix(item.namespace, item.ids)
+        if item.cached is None:
+            item.cached = match.length
+        item.pos = max(item.pos, match.length)
+        self._hold(item, match.node)
+        remaining = len(item.ids) - item.pos
+        if remaining <= 0:
+            self._finish(item, aborted=False)
+            return
+        n = min(self.chunk_size, remaining)
+        await asyncio.sleep(n * self.seconds_per_token)
+        self.chunks += 1
+        item.pos += n
+        item.computed += n
+        inserted = self.cache.insert(item.namespace, item.ids[: item.pos])
+        self._hold(item, inserted.node)
+
+    def _hold(self, item: _Item, node: RadixNode[None]) -> None:
+        if item.node is node:
+            return
+        if item.node is not None:
+            self.cache.unlock(item.node)
+        self.cache.lock(node)
+        item.node = node
+
+    def _finish(self, item: _Item, *, aborted: bool) -> None:
+        self._queue.remove(item)
+        self._by_rid.pop(item.rid, None)
+        if item.node is not None:
+            if item.kind == "prefill" and not aborted and item.priority < Priority.LIVE:
+                self.cache.pin(item.node, self.pin_ttl_s)
+            self.cache.unlock(item.node)
+            item.node = None
+        cached = item.cached or 0
+        self._prompt_tokens += len(item.ids)
+        self._computed_tokens += item.computed
+        self._hit_tokens += cached
+        self._aborted += aborted
+        self.log.append(
+            RequestLog(
+                rid=item.rid,
+                kind=item.kind,
+                priority=item.priority,
+                namespace=item.namespace,
+                session=item.session,
+                prompt_tokens=len(item.ids),
+                cached_tokens=cached,
+                computed_tokens=item.computed,
+                status="aborted" if aborted else "done",
+            )
+        )
+        if not item.future.done():
+            item.future.set_result((cached, item.computed, aborted))
+
+    def _output(
+        self, ids: tuple[int, ...], n: int, temperature: float, seed: int | None
+    ) -> list[int]:
+        digest = hashlib.blake2b(bytes(i & 0xFF for i in ids[-4096:]), digest_size=8).digest()
+        rng = random.Random(int.from_bytes(digest, "big") ^ (seed or 0 if temperature > 0 else 0))
+        return [ord(rng.choice(_LETTERS)) for _ in range(n)]

@@ -1,0 +1,152 @@
+"""``@node``: declare one step of a workflow."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, overload
+
+from agentwarm.errors import GraphValidationError
+
+if TYPE_CHECKING:
+    from agentwarm.runtime.context import Context
+
+__all__ = ("END", "START", "NodeFn", "NodeSpec", "node")
+
+#: Return this (or list it in ``next``) to finish a workflow branch.
+END = "__end__"
+#: The virtual predecessor of the entry node (used in traces and predictor paths).
+START = "__start__"
+
+NodeResult = str | list[str] | tuple[str, ...] | None
+NodeFn = Callable[["Context"], Awaitable[NodeResult] | NodeResult]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A declared workflow step. Built by :func:`node`; plain data, compared by name.
+
+    ``system`` and ``tools`` form the static head of every prompt the node sends (DESIGN §3):
+    keep them free of timestamps and ids so they can be prefetched.
+    """
+
+    name: str
+    fn: NodeFn
+    system: str = ""
+    tools: tuple[dict[str, Any], ...] = ()
+    next: tuple[str, ...] = ()
+    entry: bool = False
+    join: bool = False
+    max_tokens: int = 64
+    module: str | None = field(default=None, compare=False)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, ctx: Context) -> Awaitable[NodeResult] | NodeResult:
+        return self.fn(ctx)
+
+
+def _check_next(name: str, next_: object) -> tuple[str, ...]:
+    if next_ is None:
+        return ()
+    if isinstance(next_, str) or not isinstance(next_, Sequence):
+        hint = f"; write next=[{next_!r}]" if isinstance(next_, str) else ""
+        raise GraphValidationError(
+            f"Node '{name}': next={next_!r} must be a list of node names (or END){hint}",
+            node=name,
+        )
+    bad = [n for n in next_ if not isinstance(n, str) or not n]
+    if bad:
+        raise GraphValidationError(
+            f"Node '{name}': next contains {bad!r}; every successor must be a node name "
+            "(a non-empty string) or END",
+            node=name,
+        )
+    if len(set(next_)) != len(next_):
+        raise GraphValidationError(f"Node '{name}': next lists a successor twice", node=name)
+    return tuple(next_)
+
+
+def _check_tools(name: str, tools: object) -> tuple[dict[str, Any], ...]:
+    if tools is None:
+        return ()
+    if not isinstance(tools, Sequence) or isinstance(tools, str | bytes):
+        raise GraphValidationError(
+            f"Node '{name}': tools must be a list of OpenAI-style tool schemas (dicts)", node=name
+        )
+    for tool in tools:
+        if not isinstance(tool, dict):
+            raise GraphValidationError(
+                f"Node '{name}': tool {tool!r} is not a dict; give OpenAI-style JSON schemas "
+                '({"type": "function", "function": {"name": ..., "parameters": ...}})',
+                node=name,
+            )
+    return tuple(tools)
+
+
+@overload
+def node(fn: NodeFn, /) -> NodeSpec: ...
+
+
+@overload
+def node(
+    *,
+    name: str | None = None,
+    system: str = "",
+    tools: Sequence[dict[str, Any]] | None = None,
+    next: Sequence[str] | None = None,
+    entry: bool = False,
+    join: bool = False,
+    max_tokens: int = 64,
+) -> Callable[[NodeFn], NodeSpec]: ...
+
+
+def node(
+    fn: NodeFn | None = None,
+    /,
+    *,
+    name: str | None = None,
+    system: str = "",
+    tools: Sequence[dict[str, Any]] | None = None,
+    next: Sequence[str] | None = None,
+    entry: bool = False,
+    join: bool = False,
+    max_tokens: int = 64,
+) -> NodeSpec | Callable[[NodeFn], NodeSpec]:
+    """Declare a workflow step.
+
+    The decorated function takes a :class:`~agentwarm.Context` and returns the name of the next
+    node, a list of names (run concurrently), ``END``, or ``None`` (allowed only when ``next``
+    declares exactly one successor). It may be ``async def`` (preferred) or a plain function.
+
+    ``next`` declares the possible successors: the graph is validated against it and the
+    predictor's prior is spread over it. ``join=True`` marks a fan-in node: after a fan-out it
+    runs once, when every concurrent branch has reached it.
+    """
+
+    def wrap(f: NodeFn) -> NodeSpec:
+        if not callable(f):
+            raise GraphValidationError(f"@node must decorate a function, got {f!r}")
+        node_name = name or getattr(f, "__name__", None)
+        if not node_name or node_name in (END, START):
+            raise GraphValidationError(
+                f"@node on {f!r}: give it a name=... (reserved or missing name {node_name!r})"
+            )
+        return NodeSpec(
+            name=node_name,
+            fn=f,
+            system=system,
+            tools=_check_tools(node_name, tools),
+            next=_check_next(node_name, next),
+            entry=entry,
+            join=join,
+            max_tokens=max_tokens,
+            module=getattr(f, "__module__", None),
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

@@ -1,0 +1,70 @@
+"""Load a workflow from a Python file: ``path/to/file.py[:WORKFLOW]``."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from agentwarm.errors import ConfigError, GraphValidationError
+from agentwarm.graphs._builder import WorkflowGraph
+from agentwarm.graphs._workflow import Workflow
+
+__all__ = ("load_workflow",)
+
+
+def _import_file(path: Path) -> ModuleType:
+    module_name = f"agentwarm_user_{path.stem}_{abs(hash(path.resolve())) & 0xFFFFFF:06x}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be imported as a Python module (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise ConfigError(f"{path}: importing it failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def load_workflow(spec: str | Path) -> Workflow:
+    """Compile the workflow named by ``spec``.
+
+    ``spec`` is ``FILE.py`` or ``FILE.py:NAME``. ``NAME`` names a module attribute that is a
+    :class:`Workflow` or :class:`WorkflowGraph`. Without ``NAME``: the module's single ``Workflow``
+    attribute if it has exactly one, else every top-level ``@node`` of the module.
+    """
+    text = str(spec)
+    name: str | None = None
+    if ":" in text and not Path(text).exists():
+        text, name = text.rsplit(":", 1)
+    path = Path(text)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file; give the path of a Python file with @node steps")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; give the path of a Python file")
+    module = _import_file(path)
+    found = {k: v for k, v in vars(module).items() if isinstance(v, Workflow | WorkflowGraph)}
+    if name is not None:
+        obj = found.get(name)
+        if obj is None:
+            choices = ", ".join(sorted(found)) or "none defined"
+            raise ConfigError(
+                f"{path}: has no workflow named '{name}' (workflows: {choices}); "
+                f"use {path}:NAME with one of them, or {path} alone to collect its @node steps"
+            )
+    elif len(found) == 1:
+        obj = next(iter(found.values()))
+    elif len(found) > 1:
+        raise ConfigError(
+            f"{path}: defines several workflows ({', '.join(sorted(found))}); "
+            f"pick one with {path}:NAME"
+        )
+    else:
+        try:
+            obj = WorkflowGraph.from_module(module, name=path.stem)
+        except GraphValidationError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    return obj.compile() if isinstance(obj, WorkflowGraph) else obj

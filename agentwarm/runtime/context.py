@@ -1,0 +1,127 @@
+"""The per-step context handed to node functions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+from agentwarm import telemetry as tm
+from agentwarm.engines.base import Completion, Priority
+from agentwarm.runtime.prompt import render_step_text
+from agentwarm.runtime.transcript import Transcript
+
+if TYPE_CHECKING:
+    from agentwarm.runtime.prefetch import StepScope
+    from agentwarm.runtime.runner import Run
+
+__all__ = ("Context",)
+
+
+@dataclass(eq=False)
+class Context:
+    """What a node function sees. One per step; ``state`` and ``transcript`` are shared by the
+    whole run.
+
+    Attributes:
+        input: the run's input text.
+        state: a dict shared by every step of the run (and returned in ``RunResult.state``).
+        transcript: the shared append-only transcript; ``ctx.llm`` appends its exchange, tool
+            results go in with :meth:`add`.
+        node: the name of the running node.
+        path: the nodes of this branch so far, ending with ``node``.
+        run_id: the run's id (also the engine session / routing key).
+        step: this step's index in the run.
+    """
+
+    input: str
+    state: dict[str, Any]
+    transcript: Transcript
+    node: str
+    path: tuple[str, ...]
+    run_id: str
+    step: int
+    _run: Run = field(repr=False)
+    _scope: StepScope = field(repr=False)
+
+    async def llm(
+        self,
+        text: str | None = None,
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        record: bool = True,
+    ) -> Completion:
+        """Call the model with this node's prompt: ``[system][tools][transcript][text]``.
+
+        The prompt is rendered prefix-stably (DESIGN §3). With ``record`` (default) ``text`` and
+        the reply are appended to the shared transcript, so later steps see them.
+        ``Completion.ttft_s`` is measured from this call (including any wait for this node's
+        confirmed warm-up on engines that cannot reuse it in flight).
+        """
+        run, scope = self._run, self._scope
+        spec = scope.spec
+        t0 = time.perf_counter()
+        ids = run.renderer.prompt_ids(spec, text)
+        await run.prefetcher.before_live(spec.name)
+        tokens = max_tokens if max_tokens is not None else spec.max_tokens
+        with run.tracer.start_as_current_span(
+            tm.llm_span_name(run.engine.model_name),
+            kind=run.llm_span_kind,
+            attributes=tm.llm_request_attributes(
+                model=run.engine.model_name,
+                provider=run.provider,
+                max_tokens=tokens,
+                temperature=temperature,
+                agent=spec.name,
+            ),
+        ) as span:
+            if tm.capture_content():
+                span.set_attribute(tm.GEN_AI_INPUT_MESSAGES, render_step_text(text))
+            t_send = time.perf_counter()
+            completion = await run.engine.generate(
+                ids,
+                max_tokens=tokens,
+                temperature=temperature,
+                priority=Priority.LIVE,
+                namespace=run.namespace,
+                session=run.run_id,
+                seed=seed,
+            )
+            ttft = (t_send - t0) + completion.ttft_s
+            span.set_attributes(
+                tm.llm_response_attributes(
+                    input_tokens=completion.prompt_tokens,
+                    output_tokens=len(completion.token_ids),
+                    cached_tokens=completion.cached_tokens,
+                    finish_reason=completion.finish_reason,
+                    ttft_s=ttft,
+                )
+            )
+            if tm.capture_content():
+                span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
+        step = scope.step
+        if step.llm_calls == 0:
+            step.ttft_s = ttft
+            step.prompt_tokens = completion.prompt_tokens
+            step.cached_tokens = completion.cached_tokens
+            run.instruments.record_ttft(run.workflow.name, ttft, step.outcome)
+        step.llm_calls += 1
+        if record:
+            if text:
+                self.transcript.add(text, role="user", node=spec.name)
+            self.transcript.add(completion.text, role="assistant", node=spec.name)
+        run.prefetcher.refresh(scope, completion.text)
+        return completion
+
+    def add(self, content: str, *, role: str = "tool") -> None:
+        """Append a message (a tool result, an observation) to the shared transcript."""
+        self.transcript.add(content, role=role, node=self.node)
+
+    @property
+    def span(self) -> trace.Span:
+        """The current step's span, for user attributes."""
+        return trace.get_current_span()

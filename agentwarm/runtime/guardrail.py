@@ -1,0 +1,69 @@
+"""Back off speculation when the branch hit rate is poor (DESIGN §5).
+
+The guardrail watches the *branch hit rate* (was the actual next node among the candidates the
+policy would prefetch?), not the per-prefetch acceptance ratio, which top-N caps at 1/N. Every
+transition is scored, whether or not speculation was running, so a paused workflow notices when
+its predictions recover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agentwarm.runtime.policy import PrefetchPolicy
+
+__all__ = ("Guardrail", "Level", "Limits")
+
+
+class Level(StrEnum):
+    NORMAL = "normal"
+    CAUTIOUS = "cautious"
+    PAUSED = "paused"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the guardrail allows right now."""
+
+    top_n: int
+    min_p: float
+    paused: bool
+
+
+class Guardrail:
+    """EWMA of branch hits per workflow, with hysteresis between levels.
+
+    The EWMA starts at 1.0 (optimistic: a new workflow speculates with the full policy) and the
+    level moves down as soon as the EWMA crosses a bound, and back up only once it is
+    ``policy.hysteresis`` above it.
+    """
+
+    def __init__(self, policy: PrefetchPolicy | None = None) -> None:
+        self.policy = policy or PrefetchPolicy()
+        self.ewma = 1.0
+        self.level = Level.NORMAL
+        self.observations = 0
+
+    def observe(self, hit: bool) -> Level:
+        p = self.policy
+        self.observations += 1
+        self.ewma += p.ewma_alpha * ((1.0 if hit else 0.0) - self.ewma)
+        if self.ewma < p.pause_below:
+            self.level = Level.PAUSED
+        elif self.ewma < p.guardrail_threshold:
+            if self.level is Level.NORMAL or self.ewma >= p.pause_below + p.hysteresis:
+                self.level = Level.CAUTIOUS
+        elif self.ewma >= p.guardrail_threshold + p.hysteresis or self.level is Level.NORMAL:
+            self.level = Level.NORMAL
+        elif self.level is Level.PAUSED:
+            self.level = Level.CAUTIOUS
+        return self.level
+
+    def limits(self, policy: PrefetchPolicy | None = None) -> Limits:
+        p = policy or self.policy
+        if not p.enabled or self.level is Level.PAUSED:
+            return Limits(top_n=0, min_p=1.0, paused=True)
+        if self.level is Level.CAUTIOUS:
+            return Limits(top_n=1, min_p=max(p.min_p, p.cautious_min_p), paused=False)
+        return Limits(top_n=p.top_n, min_p=p.min_p, paused=False)

@@ -1,0 +1,252 @@
+"""The step loop of one workflow run."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+from agentwarm import telemetry as tm
+from agentwarm.engines.base import Engine, new_rid
+from agentwarm.errors import MaxStepsExceeded, NodeError, WorkflowError
+from agentwarm.graphs._node import END, START
+from agentwarm.runtime.context import Context
+from agentwarm.runtime.prefetch import Prefetcher, StepScope
+from agentwarm.runtime.prompt import PromptRenderer
+from agentwarm.runtime.result import RunResult, StepRecord
+from agentwarm.runtime.transcript import Transcript
+
+if TYPE_CHECKING:
+    from asyncio_throttle import Throttler
+
+    from agentwarm.graphs._workflow import Workflow
+    from agentwarm.predictors import Predictor
+    from agentwarm.runtime.guardrail import Guardrail
+    from agentwarm.runtime.policy import PrefetchPolicy
+
+__all__ = ("Run",)
+
+log = logging.getLogger(__name__)
+
+
+class Run:
+    """One execution of a workflow: owns the step loop, the transcript and the prefetcher.
+
+    Branches (a node returning several successors) run concurrently; each branch stops before a
+    join node, and the join runs once every branch of the fan-out has arrived or ended.
+    """
+
+    def __init__(
+        self,
+        *,
+        workflow: Workflow,
+        engine: Engine,
+        predictor: Predictor,
+        guardrail: Guardrail,
+        policy: PrefetchPolicy,
+        throttler: Throttler,
+        input: str,
+        state: dict[str, Any] | None,
+        namespace: str,
+        run_id: str | None,
+    ) -> None:
+        self.workflow = workflow
+        self.engine = engine
+        self.policy = policy
+        self.input = input
+        self.state: dict[str, Any] = state if state is not None else {}
+        self.namespace = namespace
+        self.run_id = run_id or new_rid()
+        self.transcript = Transcript()
+        self.renderer = PromptRenderer(engine, self.transcript)
+        self.tracer = tm.get_tracer()
+        self.instruments = tm.instruments()
+        self.provider = getattr(engine, "provider_name", tm.PROVIDER_LOCAL)
+        self.llm_span_kind = getattr(engine, "span_kind", trace.SpanKind.INTERNAL)
+        self.steps: list[StepRecord] = []
+        self.path: list[str] = []
+        self._predictor = predictor
+        self._guardrail = guardrail
+        self._throttler = throttler
+        self.prefetcher: Prefetcher
+
+    async def execute(self) -> RunResult:
+        t0 = time.perf_counter()
+        capacity = None
+        if self.policy.enabled:
+            try:
+                capacity = (await self.engine.stats()).capacity_tokens
+            except Exception as exc:
+                log.warning("engine stats unavailable (%s); prefetch budget uncapped", exc)
+        self.prefetcher = Prefetcher(
+            workflow=self.workflow,
+            engine=self.engine,
+            renderer=self.renderer,
+            predictor=self._predictor,
+            guardrail=self._guardrail,
+            policy=self.policy,
+            throttler=self._throttler,
+            run_id=self.run_id,
+            namespace=self.namespace,
+            capacity_tokens=capacity,
+        )
+        with self.tracer.start_as_current_span(
+            tm.workflow_span_name(self.workflow.name),
+            attributes=tm.workflow_attributes(self.workflow.name, self.run_id),
+        ):
+            try:
+                await self._branch(self.workflow.entry, (), START, False, in_fanout=False)
+            finally:
+                await self.prefetcher.aclose()
+        return RunResult(
+            workflow=self.workflow.name,
+            run_id=self.run_id,
+            input=self.input,
+            path=self.path,
+            steps=self.steps,
+            state=self.state,
+            duration_s=time.perf_counter() - t0,
+            guardrail_level=str(self._guardrail.level),
+        )
+
+    async def _branch(
+        self,
+        node: str,
+        path: tuple[str, ...],
+        from_node: str,
+        prefetched: bool,
+        *,
+        in_fanout: bool,
+    ) -> str | None:
+        """Run steps from ``node`` until END; inside a fan-out, stop before a join node and
+        return its name."""
+        while True:
+            if node == END:
+                return None
+            if in_fanout and self.workflow.nodes[node].join:
+                return node
+            nexts, hits, path = await self._step(node, path, from_node, prefetched)
+            if len(nexts) == 1:
+                from_node, node, prefetched = path[-1], nexts[0], nexts[0] in hits
+                continue
+            reached = await asyncio.gather(
+                *(
+                    self._branch(n, path, path[-1], n in hits, in_fanout=True)
+                    for n in nexts
+                    if n != END
+                )
+            )
+            joins = list(dict.fromkeys(j for j in reached if j is not None))
+            if not joins:
+                return None
+            if len(joins) > 1:
+                await asyncio.gather(
+                    *(self._branch(j, path, path[-1], False, in_fanout=False) for j in joins)
+                )
+                return None
+            node, from_node, prefetched = joins[0], path[-1], False
+            in_fanout = False
+
+    async def _step(
+        self, node: str, path: tuple[str, ...], from_node: str, prefetched: bool
+    ) -> tuple[list[str], set[str], tuple[str, ...]]:
+        if len(self.steps) >= self.workflow.max_steps:
+            raise MaxStepsExceeded(
+                f"Workflow '{self.workflow.name}' ran {len(self.steps)} steps without reaching "
+                f"END (last node '{node}'); raise compile(max_steps=...) or fix the loop"
+            )
+        spec = self.workflow.nodes[node]
+        path = (*path, node)
+        record = StepRecord(
+            index=len(self.steps),
+            node=node,
+            from_node=from_node,
+            path=list(path),
+            prefetched=prefetched,
+        )
+        self.steps.append(record)
+        self.path.append(node)
+        scope = StepScope(step=record, spec=spec, path=path, state=self.state)
+        t0 = time.perf_counter()
+        with self.tracer.start_as_current_span(
+            tm.step_span_name(node),
+            attributes=tm.step_attributes(
+                workflow=self.workflow.name,
+                run_id=self.run_id,
+                index=record.index,
+                from_node=from_node,
+                node=node,
+                prefetched=prefetched,
+                outcome=record.outcome,
+            ),
+        ) as span:
+            if self.policy.enabled:
+                self.prefetcher.begin_step(scope)
+            ctx = Context(
+                input=self.input,
+                state=self.state,
+                transcript=self.transcript,
+                node=node,
+                path=path,
+                run_id=self.run_id,
+                step=record.index,
+                _run=self,
+                _scope=scope,
+            )
+            try:
+                raw = spec.fn(ctx)
+                result = await raw if inspect.isawaitable(raw) else raw
+            except WorkflowError:
+                raise
+            except Exception as exc:
+                span.record_exception(exc)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+                raise NodeError(
+                    f"Node '{node}' raised {type(exc).__name__}: {exc}", node=node
+                ) from exc
+            nexts = self._next_nodes(node, result)
+            record.next = list(nexts)
+            hits = await self.prefetcher.resolve(scope, nexts)
+            for n in nexts:
+                self.prefetcher.warm(scope, n)
+            record.duration_s = time.perf_counter() - t0
+            span.set_attributes(
+                tm.step_result_attributes(
+                    ttft_s=record.ttft_s,
+                    prompt_tokens=record.prompt_tokens,
+                    cached_tokens=record.cached_tokens,
+                )
+            )
+        return nexts, hits, path
+
+    def _next_nodes(self, node: str, result: object) -> list[str]:
+        declared = self.workflow.successors(node)
+        if result is None:
+            if len(declared) == 1:
+                return declared
+            raise WorkflowError(
+                f"Node '{node}' returned None but declares several successors {declared}; "
+                "return the name of the next node (or END)"
+            )
+        names: Sequence[object]
+        names = [result] if isinstance(result, str) else result  # type: ignore[assignment]
+        if not isinstance(names, list | tuple) or not names:
+            raise WorkflowError(
+                f"Node '{node}' returned {result!r}; return a node name, a non-empty list of "
+                "names, or END"
+            )
+        out: list[str] = []
+        for name in names:
+            if not isinstance(name, str) or name not in declared:
+                raise WorkflowError(
+                    f"Node '{node}' returned {name!r}, which is not one of its declared "
+                    f"successors {declared}; add it to next=[...] or return one of them"
+                )
+            if name not in out:
+                out.append(name)
+        return out

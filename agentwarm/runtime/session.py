@@ -1,0 +1,112 @@
+"""Learning state shared by the runs of one workflow: predictor, guardrail, rate limiter."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asyncio_throttle import Throttler
+
+from agentwarm.errors import PredictorStateError
+from agentwarm.runtime.guardrail import Guardrail
+from agentwarm.runtime.policy import PrefetchPolicy
+from agentwarm.runtime.runner import Run
+
+if TYPE_CHECKING:
+    from agentwarm.engines.base import Engine
+    from agentwarm.graphs._workflow import Workflow
+    from agentwarm.predictors import Predictor, PredictorStore
+    from agentwarm.runtime.result import RunResult
+
+__all__ = ("WorkflowSession",)
+
+log = logging.getLogger(__name__)
+
+
+class WorkflowSession:
+    """Owns what a workflow learns across runs in this process.
+
+    With ``state_dir`` the predictor is loaded from (and saved after every run to) the
+    predictor store there; a store that cannot be written is reported with a warning and the
+    session keeps learning in memory, so no run fails for it.
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        *,
+        predictor: Predictor | None = None,
+        state_dir: Path | str | None = None,
+        policy: PrefetchPolicy | None = None,
+    ) -> None:
+        from agentwarm.predictors import PredictorStore, default_predictor
+
+        self.workflow = workflow
+        self.policy = policy or PrefetchPolicy()
+        self.guardrail = Guardrail(self.policy)
+        self.store: PredictorStore | None = None
+        if state_dir is not None:
+            self.store = PredictorStore(Path(state_dir))
+        if predictor is not None:
+            self.predictor = predictor
+        elif self.store is not None:
+            self.predictor = self.store.load(
+                workflow.name, nodes=self._node_set(), factory=default_predictor
+            )
+        else:
+            self.predictor = default_predictor()
+        self._throttler: Throttler | None = None
+        self._throttle_rate = 0.0
+
+    def _node_set(self) -> list[str]:
+        return sorted(self.workflow.graph.nodes)
+
+    def _throttle(self, policy: PrefetchPolicy) -> Throttler:
+        if self._throttler is None or self._throttle_rate != policy.max_prefills_per_s:
+            rate = policy.max_prefills_per_s
+            # Throttler takes an integer count per period; keep the ratio for fractional rates.
+            period = 1.0 if rate >= 1 else 1.0 / rate
+            self._throttler = Throttler(rate_limit=max(1, int(rate)), period=period)
+            self._throttle_rate = rate
+        return self._throttler
+
+    async def run(
+        self,
+        input: str = "",
+        *,
+        engine: Engine,
+        policy: PrefetchPolicy | None = None,
+        state: dict[str, Any] | None = None,
+        namespace: str = "",
+        run_id: str | None = None,
+    ) -> RunResult:
+        policy = policy or self.policy
+        if policy is not self.guardrail.policy:
+            self.guardrail.policy = policy
+        run = Run(
+            workflow=self.workflow,
+            engine=engine,
+            predictor=self.predictor,
+            guardrail=self.guardrail,
+            policy=policy,
+            throttler=self._throttle(policy),
+            input=input,
+            state=state,
+            namespace=namespace,
+            run_id=run_id,
+        )
+        try:
+            return await run.execute()
+        finally:
+            self.save()
+
+    def save(self) -> None:
+        """Persist the predictor (when a state dir is set); warn, never raise, on failure."""
+        if self.store is None:
+            return
+        try:
+            self.store.save(self.workflow.name, self.predictor, nodes=self._node_set())
+        except PredictorStateError as exc:
+            warnings.warn(f"learned state not saved: {exc}", RuntimeWarning, stacklevel=2)
