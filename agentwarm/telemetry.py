@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,9 +191,9 @@ AW_STEP_OUTCOME = "agentwarm.step.outcome"
 AW_STEP_TTFT = "agentwarm.step.ttft_s"
 """TTFT in seconds of the step's first LLM call; absent when the step made no LLM call."""
 AW_STEP_PROMPT_TOKENS = "agentwarm.step.prompt_tokens"
-"""Prompt tokens summed over the step's LLM calls."""
+"""Prompt tokens of the step's first LLM call."""
 AW_STEP_CACHED_TOKENS = "agentwarm.step.cached_tokens"
-"""Prompt tokens served from the prefix cache, summed over the step's LLM calls."""
+"""Prompt tokens of the step's first LLM call served from the prefix cache."""
 AW_PREFILL_SOURCE = "agentwarm.prefill.source"
 """The node whose step issued the prefill."""
 AW_PREFILL_TARGET = "agentwarm.prefill.target"
@@ -224,9 +225,9 @@ KIND_CONFIRMED = "confirmed"
 STEP_HIT = "hit"
 """The step's node was speculatively prefetched during the previous step."""
 STEP_MISS = "miss"
-"""Speculative prefills were issued during the previous step, none for this node."""
+"""The step has a previous step and its node was not speculatively prefetched during it."""
 STEP_NONE = "none"
-"""No speculative prefill was issued during the previous step (first step, prefetch off, ...)."""
+"""The run's first step: there was no previous step to prefetch it."""
 
 # --- metric names -----------------------------------------------------------------------------
 METRIC_PREFETCH_ISSUED = "agentwarm.prefetch.issued"
@@ -706,6 +707,16 @@ def _otlp_exporters(endpoint: str) -> tuple[SpanExporter, MetricExporter]:
     )
 
 
+class _Stderr:
+    """Writes to whatever ``sys.stderr`` is at write time (so test runners can capture it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 class Telemetry:
     """Handle on the exporters one :func:`configure` call attached; ``shutdown()`` detaches them.
 
@@ -761,8 +772,9 @@ def configure(
     Installs an SDK tracer provider (and meter provider) as the global one unless the application
     already set its own tracer provider, in which case the exporters are added to it. May be
     called repeatedly; call ``shutdown()`` on each handle. ``trace_file`` receives JSON lines
-    (appended); ``console`` prints spans and metrics to stdout; ``otlp_endpoint`` is an OTLP/HTTP
-    base URL such as ``http://localhost:4318`` (needs ``pip install 'agentwarm[otlp]'``).
+    (appended); ``console`` prints spans and metrics to stderr (stdout stays free for results);
+    ``otlp_endpoint`` is an OTLP/HTTP base URL such as ``http://localhost:4318`` (needs
+    ``pip install 'agentwarm[otlp]'``).
 
     Raises :class:`ConfigError` when the trace file cannot be opened or OTLP is not installed.
     """
@@ -778,8 +790,8 @@ def configure(
         except OSError as exc:
             raise ConfigError(f"cannot write trace file {trace_file}: {exc.strerror}") from exc
     if console:
-        span_exporters.append((ConsoleSpanExporter(), False))
-        metric_exporters.append(ConsoleMetricExporter())
+        span_exporters.append((ConsoleSpanExporter(out=_Stderr()), False))  # type: ignore[arg-type]
+        metric_exporters.append(ConsoleMetricExporter(out=_Stderr()))  # type: ignore[arg-type]
 
     processors: list[SpanProcessor] = []
     if span_exporters:

@@ -1,0 +1,132 @@
+"""``agentwarm stats TRACE.jsonl...``: branch hit rates and prefetch waste from trace files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from agentwarm.errors import ConfigError
+from agentwarm.tracestats import Problem, TraceStats, compute_stats, read_traces
+
+__all__ = ("hit_rate_style", "print_problems", "register", "stats")
+
+MAX_PROBLEMS_SHOWN = 20
+
+
+def hit_rate_style(rate: float | None) -> str:
+    """Rich style for a hit rate: green from 0.7 (the guardrail's default), red below 0.3."""
+    if rate is None:
+        return "dim"
+    return "green" if rate >= 0.7 else "yellow" if rate >= 0.3 else "red"
+
+
+def _pct(rate: float | None) -> str:
+    return "—" if rate is None else f"{rate:.0%}"
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def print_problems(problems: list[Problem]) -> None:
+    """Report skipped trace lines on stderr, one per line, at most :data:`MAX_PROBLEMS_SHOWN`."""
+    for p in problems[:MAX_PROBLEMS_SHOWN]:
+        typer.echo(f"warning: skipped {p}", err=True)
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        typer.echo(
+            f"warning: ... and {len(problems) - MAX_PROBLEMS_SHOWN} more skipped lines", err=True
+        )
+
+
+def _table(st: TraceStats) -> Table:
+    several = len(st.workflows) > 1
+    table = Table(title="Branches (from → to)", title_justify="left", header_style="bold")
+    if several:
+        table.add_column("workflow")
+    table.add_column("from → to")
+    for col in ("taken", "prefetched", "hits", "hit rate", "wasted tok"):
+        table.add_column(col, justify="right")
+    table.add_column("TTFT hit ms", justify="right")
+    table.add_column("TTFT miss ms", justify="right")
+    for e in st.edges:
+        row: list[str | Text] = [e.workflow] if several else []
+        row += [
+            f"{e.from_node} → {e.to_node}",
+            str(e.taken),
+            str(e.prefetched),
+            str(e.hits),
+            Text(_pct(e.hit_rate), style=hit_rate_style(e.hit_rate)),
+            str(e.wasted_tokens),
+            _ms(e.ttft_hit_mean_s),
+            _ms(e.ttft_miss_mean_s),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def _summary(st: TraceStats) -> Text:
+    out = Text()
+    out.append("branch hit rate   ")
+    out.append(f"{st.branch_hit_rate:.1%}", style=hit_rate_style(st.branch_hit_rate))
+    out.append(f"  ({st.branch_hits}/{st.branch_steps} steps after a run's first)\n")
+    out.append(f"acceptance ratio  {st.acceptance_ratio:.1%}")
+    out.append(f"  ({st.prefetch_hits}/{st.prefetches_issued} speculative prefills used)\n")
+    out.append(f"wasted tokens     {st.wasted_tokens}\n")
+    out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens\n")
+    out.append(f"TTFT saved (est.) {st.ttft_saved_s * 1000:.1f} ms")
+    out.append("  (Σ over hits: node's mean TTFT when not prefetched − TTFT of the hit)", "dim")
+    return out
+
+
+def stats(
+    traces: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="TRACE.jsonl...", help="Trace files written by `agentwarm run --trace`."
+        ),
+    ],
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+    workflow: Annotated[
+        str | None, typer.Option("--workflow", "-w", help="Only this workflow's spans.")
+    ] = None,
+) -> None:
+    """Per-edge branch hit rates, prefetch acceptance and waste, TTFT on hit vs miss."""
+    try:
+        data = read_traces(traces)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    print_problems(data.problems)
+    st = compute_stats(data.steps, data.prefills, workflow=workflow)
+    if json_out:
+        out = st.to_dict()
+        out["files"] = [str(p) for p in traces]
+        out["skipped_lines"] = len(data.problems)
+        typer.echo(json.dumps(out, indent=2))
+        return
+    console = Console(highlight=False)
+    if not st.steps and not st.prefetches_issued:
+        console.print(
+            f"No agentwarm step or prefill spans in {len(traces)} file(s) "
+            f"({data.spans} spans read). Write traces with `agentwarm run --trace FILE`."
+        )
+        return
+    head = f"{st.runs} runs · {st.steps} steps · {len(traces)} file(s)"
+    if len(st.workflows) == 1:
+        head = f"{st.workflows[0]}: {head}"
+    console.print(head, style="bold")
+    console.print(_table(st))
+    console.print(_summary(st))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``stats`` command to ``app``."""
+    app.command("stats")(stats)

@@ -1,0 +1,483 @@
+"""Branch statistics from agentwarm traces (the JSON-lines files ``agentwarm run --trace`` writes).
+
+Definitions (the same as the runtime's run summary, ``agentwarm.runtime.result``; the pure
+functions below take the runtime's own step and prefetch records as well as those read here):
+
+* A *step* is one ``invoke_agent {node}`` span with ``agentwarm.step.node``. Its edge is
+  ``agentwarm.step.from`` → ``agentwarm.step.node``; a run's first step comes from ``__start__``.
+* *branch hit*: a step with a previous step whose node was speculatively prefetched during that
+  previous step (``agentwarm.step.prefetched``). **branch hit rate** = branch hits / steps that
+  have a previous step (0.0 when there are none).
+* A *prefetch* is a speculative ``agentwarm.prefill`` span (``agentwarm.prefill.kind`` =
+  ``speculative``); "confirmed" warm-ups of the known next node are not prefetches. Its edge is
+  ``agentwarm.prefill.source`` → ``agentwarm.prefill.target``. **acceptance ratio** = prefetches
+  with outcome ``hit`` / prefetches issued (0.0 when none were issued).
+* **wasted tokens**: ``agentwarm.prefill.computed_tokens`` summed over prefetches whose outcome is
+  not ``hit`` (wasted, cancelled, failed, or never resolved).
+* Per edge: *taken* = steps on the edge, *prefetched* = prefetches on the edge, *hits* = taken
+  steps that were branch hits, *hit rate* = hits / taken. TTFT means are over the edge's steps
+  that report ``agentwarm.step.ttft_s``, split by hit / not hit.
+* **estimated TTFT saved** = Σ over hit steps with a TTFT of (mean TTFT of the same workflow
+  node over its steps that were not hits − that step's TTFT). A hit step whose node has no
+  non-hit TTFT contributes nothing (no baseline). It can be negative if hits were slower.
+
+Readers are tolerant: lines that are not JSON, not span records, or agentwarm spans missing
+required attributes are reported as :class:`Problem` (file and 1-based line number) and skipped.
+Spans of other instrumentations are counted and ignored. A span seen twice (same trace and span
+id, e.g. one file given twice) counts once. Both the agentwarm line format (flat
+``attributes``) and OTLP/JSON export lines (``resourceSpans``) are understood.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from agentwarm import telemetry as tm
+from agentwarm.errors import ConfigError
+
+__all__ = (
+    "EdgeStats",
+    "PrefillLike",
+    "PrefillSpan",
+    "Problem",
+    "StepLike",
+    "StepSpan",
+    "TraceData",
+    "TraceStats",
+    "acceptance_ratio",
+    "branch_hit_rate",
+    "compute_stats",
+    "has_previous",
+    "read_traces",
+    "wasted_tokens",
+)
+
+
+class StepLike(Protocol):
+    """What the definitions need of a step (``runtime.result.StepRecord`` qualifies)."""
+
+    @property
+    def from_node(self) -> str: ...
+    @property
+    def prefetched(self) -> bool: ...
+
+
+class PrefillLike(Protocol):
+    """What the definitions need of a prefill (``runtime.result.PrefetchRecord`` qualifies)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def computed_tokens(self) -> int: ...
+
+
+def has_previous(step: StepLike) -> bool:
+    """Whether the step had a previous step (it is not a run's first step)."""
+    return not step.from_node.startswith("__")
+
+
+def branch_hit_rate(steps: Iterable[StepLike]) -> float:
+    """Branch hits / steps that have a previous step; 0.0 when no step has one."""
+    with_prev = [s for s in steps if has_previous(s)]
+    return sum(1 for s in with_prev if s.prefetched) / len(with_prev) if with_prev else 0.0
+
+
+def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float:
+    """Speculative prefills with outcome ``hit`` / speculative prefills; 0.0 when none."""
+    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
+    return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else 0.0
+
+
+def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
+    """Tokens computed by speculative prefills whose outcome is not ``hit``."""
+    return sum(
+        p.computed_tokens
+        for p in prefills
+        if p.kind == tm.KIND_SPECULATIVE and p.outcome != tm.OUTCOME_HIT
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpan:
+    workflow: str
+    run_id: str
+    index: int
+    from_node: str
+    node: str
+    prefetched: bool
+    ttft_s: float | None
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillSpan:
+    workflow: str
+    run_id: str
+    source: str
+    target: str
+    kind: str
+    outcome: str | None
+    tokens: int
+    computed_tokens: int
+    probability: float | None
+    rank: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A trace line that was skipped, and why."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass
+class TraceData:
+    """Everything read from trace files."""
+
+    steps: list[StepSpan] = field(default_factory=list)
+    prefills: list[PrefillSpan] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    spans: int = 0
+    other_spans: int = 0
+    duplicates: int = 0
+
+
+class _BadSpan(ValueError):
+    pass
+
+
+def _otlp_value(v: Any) -> Any:
+    if not isinstance(v, dict) or len(v) != 1:
+        return v
+    kind, val = next(iter(v.items()))
+    if kind == "intValue":
+        return int(val)
+    if kind == "doubleValue":
+        return float(val)
+    if kind == "arrayValue":
+        return [_otlp_value(x) for x in val.get("values", [])]
+    return val
+
+
+def _attrs(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, list):  # OTLP/JSON: [{"key": ..., "value": {"stringValue": ...}}]
+        return {
+            a["key"]: _otlp_value(a.get("value"))
+            for a in raw
+            if isinstance(a, dict) and isinstance(a.get("key"), str)
+        }
+    raise _BadSpan("attributes is neither an object nor an OTLP key/value list")
+
+
+def _records(obj: Any) -> Iterator[dict[str, Any]]:
+    """Span objects in one decoded line: an agentwarm span line or an OTLP/JSON export batch."""
+    if not isinstance(obj, dict):
+        raise _BadSpan("not a span record (expected a JSON object)")
+    if "resourceSpans" in obj:
+        for rs in obj.get("resourceSpans") or []:
+            for ss in rs.get("scopeSpans") or []:
+                yield from ss.get("spans") or []
+        return
+    if not isinstance(obj.get("name"), str):
+        raise _BadSpan("not a span record (no 'name')")
+    yield obj
+
+
+def _str(attrs: dict[str, Any], key: str, span: str) -> str:
+    v = attrs.get(key)
+    if not isinstance(v, str) or not v:
+        raise _BadSpan(f"{span} span without a string '{key}'")
+    return v
+
+
+def _int(attrs: dict[str, Any], key: str, default: int | None = 0) -> int | None:
+    v = attrs.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise _BadSpan(f"'{key}' is not an integer: {v!r}")
+    try:
+        return int(v)
+    except ValueError as exc:
+        raise _BadSpan(f"'{key}' is not an integer: {v!r}") from exc
+
+
+def _float(attrs: dict[str, Any], key: str) -> float | None:
+    v = attrs.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise _BadSpan(f"'{key}' is not a number: {v!r}")
+    try:
+        return float(v)
+    except ValueError as exc:
+        raise _BadSpan(f"'{key}' is not a number: {v!r}") from exc
+
+
+def _bool(attrs: dict[str, Any], key: str) -> bool:
+    v = attrs.get(key, False)
+    if isinstance(v, str):
+        return v.lower() == "true"
+    return bool(v)
+
+
+def _step(attrs: dict[str, Any]) -> StepSpan:
+    return StepSpan(
+        workflow=str(attrs.get(tm.AW_WORKFLOW, "")),
+        run_id=str(attrs.get(tm.AW_RUN_ID, "")),
+        index=_int(attrs, tm.AW_STEP_INDEX) or 0,
+        from_node=_str(attrs, tm.AW_STEP_FROM, "step"),
+        node=_str(attrs, tm.AW_STEP_NODE, "step"),
+        prefetched=_bool(attrs, tm.AW_STEP_PREFETCHED),
+        ttft_s=_float(attrs, tm.AW_STEP_TTFT),
+        prompt_tokens=_int(attrs, tm.AW_STEP_PROMPT_TOKENS) or 0,
+        cached_tokens=_int(attrs, tm.AW_STEP_CACHED_TOKENS) or 0,
+    )
+
+
+def _prefill(attrs: dict[str, Any]) -> PrefillSpan:
+    outcome = attrs.get(tm.AW_PREFILL_OUTCOME)
+    return PrefillSpan(
+        workflow=str(attrs.get(tm.AW_WORKFLOW, "")),
+        run_id=str(attrs.get(tm.AW_RUN_ID, "")),
+        source=_str(attrs, tm.AW_PREFILL_SOURCE, "prefill"),
+        target=_str(attrs, tm.AW_PREFILL_TARGET, "prefill"),
+        kind=_str(attrs, tm.AW_PREFILL_KIND, "prefill"),
+        outcome=outcome if isinstance(outcome, str) else None,
+        tokens=_int(attrs, tm.AW_PREFILL_TOKENS) or 0,
+        computed_tokens=_int(attrs, tm.AW_PREFILL_COMPUTED_TOKENS) or 0,
+        probability=_float(attrs, tm.AW_PREFILL_PROBABILITY),
+        rank=_int(attrs, tm.AW_PREFILL_RANK, None),
+    )
+
+
+def _read_line(text: str, data: TraceData, seen: set[tuple[str, str]]) -> None:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _BadSpan(f"not JSON ({exc.msg} at column {exc.colno})") from exc
+    parsed: list[StepSpan | PrefillSpan | None] = []
+    keys: list[tuple[str, str] | None] = []
+    for rec in _records(obj):
+        if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+            raise _BadSpan("not a span record (no 'name')")
+        name, attrs = rec["name"], _attrs(rec.get("attributes", {}))
+        tid, sid = rec.get("traceId"), rec.get("spanId")
+        keys.append((tid, sid) if isinstance(tid, str) and isinstance(sid, str) else None)
+        if name == tm.SPAN_PREFILL:
+            parsed.append(_prefill(attrs))
+        elif name.startswith(tm.SPAN_STEP + " ") and tm.AW_STEP_NODE in attrs:
+            parsed.append(_step(attrs))
+        else:
+            parsed.append(None)
+    for key, item in zip(keys, parsed, strict=True):
+        if key is not None:
+            if key in seen:
+                data.duplicates += 1
+                continue
+            seen.add(key)
+        data.spans += 1
+        if isinstance(item, StepSpan):
+            data.steps.append(item)
+        elif isinstance(item, PrefillSpan):
+            data.prefills.append(item)
+        else:
+            data.other_spans += 1
+
+
+def read_traces(paths: Sequence[str | Path]) -> TraceData:
+    """Read JSON-lines trace files, in order, into one :class:`TraceData`.
+
+    Raises :class:`ConfigError` if a file does not exist or cannot be read; bad lines inside a
+    readable file become :attr:`TraceData.problems`, never exceptions.
+    """
+    data = TraceData()
+    seen: set[tuple[str, str]] = set()
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise ConfigError(f"{path}: no such trace file")
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a directory, not a trace file")
+        try:
+            with path.open("rb") as fh:
+                for lineno, raw in enumerate(fh, start=1):
+                    try:
+                        text = raw.decode("utf-8").strip()
+                    except UnicodeDecodeError:
+                        data.problems.append(Problem(str(path), lineno, "not UTF-8 text"))
+                        continue
+                    if not text:
+                        continue
+                    try:
+                        _read_line(text, data, seen)
+                    except (_BadSpan, AttributeError, TypeError) as exc:
+                        msg = str(exc) if isinstance(exc, _BadSpan) else "malformed span record"
+                        data.problems.append(Problem(str(path), lineno, msg))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return data
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+
+@dataclass
+class EdgeStats:
+    """Counts for one edge ``from_node → to_node`` of one workflow."""
+
+    workflow: str
+    from_node: str
+    to_node: str
+    taken: int = 0
+    prefetched: int = 0
+    hits: int = 0
+    wasted_tokens: int = 0
+    ttft_hit_mean_s: float | None = None
+    ttft_miss_mean_s: float | None = None
+
+    @property
+    def hit_rate(self) -> float | None:
+        """hits / taken; ``None`` for an edge that was prefetched but never taken."""
+        return self.hits / self.taken if self.taken else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workflow": self.workflow,
+            "from": self.from_node,
+            "to": self.to_node,
+            "taken": self.taken,
+            "prefetched": self.prefetched,
+            "hits": self.hits,
+            "hit_rate": self.hit_rate,
+            "wasted_tokens": self.wasted_tokens,
+            "ttft_hit_mean_s": self.ttft_hit_mean_s,
+            "ttft_miss_mean_s": self.ttft_miss_mean_s,
+        }
+
+
+@dataclass
+class TraceStats:
+    """Aggregate branch statistics (see the module docstring for every definition)."""
+
+    edges: list[EdgeStats]
+    workflows: list[str]
+    runs: int
+    steps: int
+    branch_steps: int
+    branch_hits: int
+    branch_hit_rate: float
+    acceptance_ratio: float
+    prefetches_issued: int
+    prefetch_hits: int
+    wasted_tokens: int
+    ttft_saved_s: float
+    prompt_tokens: int
+    cached_tokens: int
+
+    def edge(self, from_node: str, to_node: str, workflow: str | None = None) -> EdgeStats | None:
+        for e in self.edges:
+            if (e.from_node, e.to_node) == (from_node, to_node) and workflow in (None, e.workflow):
+                return e
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workflows": self.workflows,
+            "runs": self.runs,
+            "steps": self.steps,
+            "branch_steps": self.branch_steps,
+            "branch_hits": self.branch_hits,
+            "branch_hit_rate": self.branch_hit_rate,
+            "acceptance_ratio": self.acceptance_ratio,
+            "prefetches_issued": self.prefetches_issued,
+            "prefetch_hits": self.prefetch_hits,
+            "wasted_tokens": self.wasted_tokens,
+            "ttft_saved_s": self.ttft_saved_s,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "edges": [e.to_dict() for e in self.edges],
+        }
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def compute_stats(
+    steps: Sequence[StepSpan], prefills: Sequence[PrefillSpan], *, workflow: str | None = None
+) -> TraceStats:
+    """Per-edge and overall statistics; restricted to one workflow when ``workflow`` is given."""
+    if workflow is not None:
+        steps = [s for s in steps if s.workflow == workflow]
+        prefills = [p for p in prefills if p.workflow == workflow]
+    edges: dict[tuple[str, str, str], EdgeStats] = {}
+
+    def edge(wf: str, a: str, b: str) -> EdgeStats:
+        key = (wf, a, b)
+        if key not in edges:
+            edges[key] = EdgeStats(wf, a, b)
+        return edges[key]
+
+    ttft_hit: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    ttft_miss: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    node_miss: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in steps:
+        e = edge(s.workflow, s.from_node, s.node)
+        e.taken += 1
+        e.hits += s.prefetched
+        if s.ttft_s is not None:
+            key = (s.workflow, s.from_node, s.node)
+            (ttft_hit if s.prefetched else ttft_miss)[key].append(s.ttft_s)
+            if not s.prefetched:
+                node_miss[(s.workflow, s.node)].append(s.ttft_s)
+    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
+    for p in spec:
+        e = edge(p.workflow, p.source, p.target)
+        e.prefetched += 1
+        if p.outcome != tm.OUTCOME_HIT:
+            e.wasted_tokens += p.computed_tokens
+    for key, e in edges.items():
+        e.ttft_hit_mean_s = _mean(ttft_hit.get(key, []))
+        e.ttft_miss_mean_s = _mean(ttft_miss.get(key, []))
+
+    saved = 0.0
+    for s in steps:
+        baseline = _mean(node_miss.get((s.workflow, s.node), []))
+        if s.prefetched and s.ttft_s is not None and baseline is not None:
+            saved += baseline - s.ttft_s
+
+    ordered = sorted(edges.values(), key=lambda e: (e.workflow, e.from_node, -e.taken, e.to_node))
+    with_prev = [s for s in steps if has_previous(s)]
+    return TraceStats(
+        edges=ordered,
+        workflows=sorted({s.workflow for s in steps} | {p.workflow for p in prefills}),
+        runs=len({(s.workflow, s.run_id) for s in steps}),
+        steps=len(steps),
+        branch_steps=len(with_prev),
+        branch_hits=sum(1 for s in with_prev if s.prefetched),
+        branch_hit_rate=branch_hit_rate(steps),
+        acceptance_ratio=acceptance_ratio(prefills),
+        prefetches_issued=len(spec),
+        prefetch_hits=sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT),
+        wasted_tokens=wasted_tokens(prefills),
+        ttft_saved_s=saved,
+        prompt_tokens=sum(s.prompt_tokens for s in steps),
+        cached_tokens=sum(s.cached_tokens for s in steps),
+    )
