@@ -262,9 +262,14 @@ class FakeEngine(Engine):
             self._finish(item, aborted=True)
             return
         match = self.cache.match_prefix(item.namespace, item.ids)
+        usable = match.length
+        if item.kind == "generate":
+            # Like SGLang and the embedded engine: the last prompt token is always computed,
+            # because its logits are needed for the first output token.
+            usable = min(usable, len(item.ids) - 1)
         if item.cached is None:
-            item.cached = match.length
-        item.pos = max(item.pos, match.length)
+            item.cached = usable
+        item.pos = max(item.pos, usable)
         self._hold(item, match.node)
         remaining = len(item.ids) - item.pos
         if remaining <= 0:

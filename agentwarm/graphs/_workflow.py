@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from agentwarm.errors import WorkflowError
 from agentwarm.graphs._node import END, NodeSpec
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class Workflow:
     graph: nx.DiGraph
     entry: str
     max_steps: int
+    sample_inputs: tuple[str, ...] = ()
     _sessions: dict[str, WorkflowSession] = field(default_factory=dict, repr=False)
 
     def successors(self, node: str) -> list[str]:
@@ -96,4 +98,10 @@ class Workflow:
 
     def run_sync(self, input: str = "", **kwargs: Any) -> RunResult:
         """Blocking wrapper of :meth:`run` (starts its own event loop)."""
-        return asyncio.run(self.run(input, **kwargs))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(input, **kwargs))
+        raise WorkflowError(
+            "run_sync() was called inside a running event loop; use `await workflow.run(...)`"
+        )

@@ -21,11 +21,19 @@ def _import_file(path: Path) -> ModuleType:
         raise ConfigError(f"{path}: cannot be imported as a Python module (is it a .py file?)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    # Like `python FILE.py`: the file's folder is importable, so examples can share helpers.
+    folder = str(path.resolve().parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise ConfigError(f"{path}: importing it failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if added:
+            sys.path.remove(folder)
     return module
 
 
@@ -67,4 +75,8 @@ def load_workflow(spec: str | Path) -> Workflow:
             obj = WorkflowGraph.from_module(module, name=path.stem)
         except GraphValidationError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-    return obj.compile() if isinstance(obj, WorkflowGraph) else obj
+    workflow = obj.compile() if isinstance(obj, WorkflowGraph) else obj
+    samples = getattr(module, "INPUTS", None)
+    if isinstance(samples, list | tuple) and all(isinstance(s, str) for s in samples):
+        workflow.sample_inputs = tuple(samples)
+    return workflow
