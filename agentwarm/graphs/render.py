@@ -12,6 +12,7 @@ entry node is fed by a small START dot; END is a dark pill. Back edges (loops) r
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -180,15 +181,20 @@ def _dot_id(name: str) -> str:
 
 
 def _edge_caption(e: EdgeInfo) -> str:
+    if e.source == START:
+        return ""
     parts = []
-    if e.probability is not None and e.source != START:
-        parts.append(f"p {e.probability:.2f}")
-    if e.hit_rate is not None and e.source != START:
-        parts.append(f"hit {e.hit_rate:.0%} of {e.taken}")
+    if e.probability is not None:
+        parts.append(f"{e.probability:.2f}")
+    if e.taken:
+        parts.append(f"{e.hits}/{e.taken}")
     return " · ".join(parts)
 
 
-def _width(p: float | None) -> float:
+def _width(e: EdgeInfo | float | None) -> float:
+    p = e.probability if isinstance(e, EdgeInfo) else e
+    if isinstance(e, EdgeInfo) and e.source == START:
+        return 2.0
     return 1.5 if p is None else 1.0 + 7.0 * p
 
 
@@ -214,7 +220,7 @@ def render_dot(info: GraphInfo) -> str:
             extra = ', penwidth=2.5, color="#16a34a"' if n == info.entry else ""
             lines.append(f"  {_dot_id(n)} [label={_dot_id(n)}{extra}];")
     for e in info.edges:
-        attrs = [f"penwidth={_width(e.probability):.2f}", f'color="{hit_colour(e.hit_rate)}"']
+        attrs = [f"penwidth={_width(e):.2f}", f'color="{hit_colour(e.hit_rate)}"']
         if caption := _edge_caption(e):
             attrs.append(f"label={_dot_id(caption)}")
         if e.probability is None or not e.declared:
@@ -227,7 +233,7 @@ def render_dot(info: GraphInfo) -> str:
 # --- layout and scene ---------------------------------------------------------------------------
 
 Point = tuple[float, float]
-NODE_H, LAYER_GAP, NODE_GAP, MARGIN, FONT = 40.0, 96.0, 36.0, 28.0, 13.0
+NODE_H, LAYER_GAP, NODE_GAP, MARGIN, FONT = 40.0, 118.0, 40.0, 28.0, 13.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +269,7 @@ class Scene:
 
 
 def _text_w(text: str, size: float = FONT) -> float:
-    return len(text) * size * 0.6
+    return len(text) * size * 0.64
 
 
 def _layers(info: GraphInfo) -> tuple[dict[str, int], set[tuple[str, str]]]:
@@ -353,76 +359,130 @@ def _spread(n: int, k: int, w: float) -> float:
     return 0.0 if n <= 1 else (k / (n - 1) - 0.5) * min(w * 0.6, 18.0 * (n - 1))
 
 
+Segment = tuple[Point, Point, Point, Point]
+
+
+def _down(p0: Point, p3: Point) -> Segment:
+    """A cubic that leaves ``p0`` and enters ``p3`` vertically."""
+    dy = (p3[1] - p0[1]) * 0.5
+    return p0, (p0[0], p0[1] + dy), (p3[0], p3[1] - dy), p3
+
+
+def _gap_x(row: list[Box], x: float, lo: float, hi: float) -> float:
+    """The free x in a row of boxes (between or beside them) nearest to ``x``."""
+    gaps = [(lo, row[0].x)] if row else [(lo, hi)]
+    gaps += [(a.x + a.w, b.x) for a, b in itertools.pairwise(row)]
+    if row:
+        gaps.append((row[-1].x + row[-1].w, hi))
+    best = min(gaps, key=lambda g: abs(min(max(x, g[0] + 12), g[1] - 12) - x))
+    return min(max(x, best[0] + 12), best[1] - 12)
+
+
 def layout(info: GraphInfo) -> Scene:
     """Place nodes in layers and route edges; the result is backend-independent."""
     layer, back = _layers(info)
     rows = _order(info, layer)
     widths = {n: 14.0 if n == START else max(84.0, _text_w(_label(n)) + 32.0) for n in layer}
     row_w = [sum(widths[n] for n in r) + NODE_GAP * (len(r) - 1) for r in rows]
-    gutter = 70.0 + 22.0 * len(back)
-    legend_w = 430.0
-    inner = max(max(row_w), legend_w - gutter)
-    width = MARGIN * 2 + inner + gutter
-    top = MARGIN + 34.0
+    gutter = 40.0 + 18.0 * len(back)
+    inner = max(max(row_w), 430.0 - 2 * gutter)
+    width = MARGIN * 2 + inner + 2 * gutter
+    row_y = [MARGIN + 48.0]
+    for r in rows[:-1]:
+        row_y.append(row_y[-1] + (64.0 if r == [START] else LAYER_GAP))
     boxes: dict[str, Box] = {}
     for i, r in enumerate(rows):
-        x = MARGIN + (inner - row_w[i]) / 2
+        x = MARGIN + gutter + (inner - row_w[i]) / 2
         for n in r:
             h = 14.0 if n == START else NODE_H
-            y = top + i * LAYER_GAP + (NODE_H - h) / 2
-            boxes[n] = Box(n, x, y, widths[n], h)
+            boxes[n] = Box(n, x, row_y[i] + (NODE_H - h) / 2, widths[n], h)
             x += widths[n] + NODE_GAP
-    height = top + len(rows) * LAYER_GAP + 40.0
+    height = row_y[-1] + NODE_H + 64.0
     scene = Scene(width, height)
-    subtitle = (
-        "edge width: learned P(next | node)" if info.has_probabilities else "no learned state"
-    )
+    learned = info.has_probabilities
+    subtitle = "edge width: learned P(next | node)" if learned else "no learned state"
     subtitle += f" · colour: branch hit rate over {info.runs} runs" if info.runs else " · no traces"
+    subtitle += " · label: P · hits/taken"
     scene.texts.append((MARGIN, MARGIN + 4, info.name, 18.0, "start", "#0f172a", True))
     scene.texts.append((MARGIN, MARGIN + 24, subtitle, 11.0, "start", "#64748b", False))
 
-    out_edges = {n: [e for e in info.edges if e.source == n and (e.source, e.target) not in back]
-                 for n in layer}  # fmt: skip
-    in_edges = {n: [e for e in info.edges if e.target == n and (e.source, e.target) not in back]
-                for n in layer}  # fmt: skip
-    for n in layer:
-        out_edges[n].sort(key=lambda e: boxes[e.target].cx)
-        in_edges[n].sort(key=lambda e: boxes[e.source].cx)
-    right = MARGIN + inner + 12.0
-    back_rank = 0
-    for e in info.edges:
+    # Ports: forward edges leave a box's bottom and enter the next box's top; a loop back to
+    # the previous layer ("lens") leaves the top and enters the bottom, beside its forward twin.
+    ports: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+    routes: list[str] = []
+    for k, e in enumerate(info.edges):
         a, b = boxes[e.source], boxes[e.target]
-        colour, w = hit_colour(e.hit_rate), _width(e.probability)
-        dashed = e.probability is None or not e.declared
         if e.source == e.target:
-            x0, y0 = a.x + a.w, a.y + a.h * 0.3
-            curve = ((x0, y0), (x0 + 46, y0 - 22), (x0 + 46, a.y + a.h * 0.7 + 22),
-                     (x0 + 2, a.y + a.h * 0.7))  # fmt: skip
-        elif (e.source, e.target) in back:
-            back_rank += 1
-            gx = max(right, a.x + a.w + 30, b.x + b.w + 30) + 22.0 * (back_rank - 1)
-            p0, p3 = (a.x + a.w, a.y + a.h / 2), (b.x + b.w + 2, b.y + b.h / 2)
-            curve = (p0, (gx, p0[1]), (gx, p3[1]), p3)
+            routes.append("self")
+        elif (e.source, e.target) not in back:
+            routes.append("down")
+            ports.setdefault((e.source, "bottom"), []).append((b.cx, 0, k))
+            ports.setdefault((e.target, "top"), []).append((a.cx, 0, k))
+        elif layer[e.source] - layer[e.target] == 1:
+            routes.append("lens")
+            ports.setdefault((e.source, "top"), []).append((b.cx, 1, k))
+            ports.setdefault((e.target, "bottom"), []).append((a.cx, 1, k))
         else:
-            outs, ins = out_edges[e.source], in_edges[e.target]
-            x0 = a.cx + _spread(len(outs), outs.index(e), a.w)
-            x3 = b.cx + _spread(len(ins), ins.index(e), b.w)
-            p0, p3 = (x0, a.y + a.h), (x3, b.y - 2)
-            dy = (p3[1] - p0[1]) * 0.5
-            curve = (p0, (x0, p0[1] + dy), (x3, p3[1] - dy), p3)
+            routes.append("side")
+    port_x: dict[tuple[int, str], float] = {}
+    for (n, side), lst in ports.items():
+        lst.sort()
+        for i, (_, _, k) in enumerate(lst):
+            port_x[(k, side)] = boxes[n].cx + _spread(len(lst), i, boxes[n].w)
+    by_row = [[boxes[n] for n in r] for r in rows]
+    lo_x, hi_x = MARGIN + gutter - 30, MARGIN + gutter + inner + 30
+    centre = MARGIN + gutter + inner / 2
+    side_rank = {"left": 0, "right": 0}
+    paths: list[tuple[EdgeInfo, list[Segment]]] = []
+    for k, e in enumerate(info.edges):
+        a, b = boxes[e.source], boxes[e.target]
+        route = routes[k]
+        segs: list[Segment]
+        if route == "self":
+            x0, y0 = a.x + a.w, a.y + a.h * 0.3
+            segs = [((x0, y0), (x0 + 46, y0 - 22), (x0 + 46, a.y + a.h * 0.7 + 22),
+                     (x0 + 2, a.y + a.h * 0.7))]  # fmt: skip
+        elif route == "down":
+            pts = [(port_x[(k, "bottom")], a.y + a.h)]
+            end = (port_x[(k, "top")], b.y - 2)
+            for i in range(layer[e.source] + 1, layer[e.target]):
+                t = (i - layer[e.source]) / (layer[e.target] - layer[e.source])
+                guess = pts[0][0] + (end[0] - pts[0][0]) * t
+                gx = _gap_x(by_row[i], guess, lo_x, hi_x)
+                pts += [(gx, row_y[i] - 6), (gx, row_y[i] + NODE_H + 6)]
+            pts.append(end)
+            segs = [_down(p, q) for p, q in itertools.pairwise(pts)]
+        elif route == "lens":
+            x0, x3 = port_x[(k, "top")], port_x[(k, "bottom")]
+            p0, p3 = (x0, a.y), (x3, b.y + b.h + 2)
+            dy = (p0[1] - p3[1]) * 0.45
+            segs = [(p0, (x0 + 14, p0[1] - dy), (x3 + 14, p3[1] + dy), p3)]
+        else:
+            side = "right" if (a.cx + b.cx) / 2 >= centre else "left"
+            lo, hi = sorted((layer[e.source], layer[e.target]))
+            span = [boxes[n] for n in layer if lo <= layer[n] <= hi]
+            rank = side_rank[side] = side_rank[side] + 1
+            if side == "right":
+                gx = max(bx.x + bx.w for bx in span) + 28.0 + 18.0 * (rank - 1)
+                p0, p3 = (a.x + a.w, a.y + a.h / 2), (b.x + b.w + 2, b.y + b.h / 2)
+            else:
+                gx = min(bx.x for bx in span) - 28.0 - 18.0 * (rank - 1)
+                p0, p3 = (a.x, a.y + a.h / 2), (b.x - 2, b.y + b.h / 2)
+            segs = [(p0, (gx, p0[1]), (gx, p3[1]), p3)]
+        paths.append((e, segs))
+        colour, w = hit_colour(e.hit_rate), _width(e)
+        dashed = e.probability is None or not e.declared
+        last = segs[-1]
         size = 7.0 + w * 0.9
-        tip = curve[3]
-        base = _bezier_at(curve, 0.97)
+        tip, base = last[3], _bezier_at(last, 0.97)
         d = math.hypot(tip[0] - base[0], tip[1] - base[1]) or 1.0
         shaft_end = (tip[0] - (tip[0] - base[0]) / d * size * 0.8,
                      tip[1] - (tip[1] - base[1]) / d * size * 0.8)  # fmt: skip
-        scene.curves.append(((curve[0], curve[1], curve[2], shaft_end), colour, w, dashed))
+        for seg in segs[:-1]:
+            scene.curves.append((seg, colour, w, dashed))
+        scene.curves.append(((last[0], last[1], last[2], shaft_end), colour, w, dashed))
         scene.polygons.append((_arrow(tip, base, size), colour))
-        if caption := _edge_caption(e):
-            mx, my = _bezier_at(curve, 0.5)
-            tw = _text_w(caption, 10.0) + 10
-            scene.rects.append((mx - tw / 2, my - 8, tw, 16, 4.0, "#ffffffe0", "none", 0.0))
-            scene.texts.append((mx, my, caption, 10.0, "middle", "#334155", False))
+    _place_labels(scene, paths, list(boxes.values()))
     for n, bx in boxes.items():
         if n == START:
             scene.circles.append((bx.cx, bx.y + bx.h / 2, 7.0, "#334155"))
@@ -440,6 +500,38 @@ def layout(info: GraphInfo) -> Scene:
                 scene.texts.append((bx.cx, ty + 14, v, 9.5, "middle", "#64748b", False))
     _legend(scene, MARGIN, height - 22.0)
     return scene
+
+
+def _overlaps(r: tuple[float, float, float, float], q: tuple[float, float, float, float]) -> bool:
+    return r[0] < q[0] + q[2] and q[0] < r[0] + r[2] and r[1] < q[1] + q[3] and q[1] < r[1] + r[3]
+
+
+def _place_labels(
+    scene: Scene, paths: list[tuple[EdgeInfo, list[Segment]]], boxes: list[Box]
+) -> None:
+    """Caption each edge near its middle, sliding along it to avoid nodes and other captions."""
+    taken = [(b.x - 3, b.y - 3, b.w + 6, b.h + 6) for b in boxes]
+    ranked = sorted(paths, key=lambda ep: -(ep[0].probability or 0.0))
+    for e, segs in ranked:
+        curve = segs[0]
+        caption = _edge_caption(e)
+        if not caption:
+            continue
+        tw, th = _text_w(caption, 10.0) + 8, 15.0
+        spot = None
+        for t in (0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8, 0.12, 0.88):
+            x, y = _bezier_at(curve, t)
+            rect = (x - tw / 2, y - th / 2, tw, th)
+            if not any(_overlaps(rect, q) for q in taken):
+                spot = rect
+                break
+        if spot is None:
+            x, y = _bezier_at(curve, 0.5)
+            spot = (x - tw / 2, y - th / 2, tw, th)
+        taken.append(spot)
+        x, y, w, h = spot
+        scene.rects.append((x, y, w, h, 4.0, "#ffffffe6", "none", 0.0))
+        scene.texts.append((x + w / 2, y + h / 2, caption, 10.0, "middle", "#334155", False))
 
 
 def _legend(scene: Scene, x: float, y: float) -> None:

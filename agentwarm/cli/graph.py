@@ -1,0 +1,147 @@
+"""``agentwarm graph FILE[:WORKFLOW]``: the workflow graph with what agentwarm learned about it."""
+
+from __future__ import annotations
+
+import io
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from agentwarm.errors import AgentwarmError, ConfigError
+from agentwarm.graphs import load_workflow
+from agentwarm.graphs.render import (
+    GraphInfo,
+    graph_info,
+    render_dot,
+    render_png,
+    render_svg,
+    render_text,
+)
+
+if TYPE_CHECKING:
+    from agentwarm.graphs import Workflow
+    from agentwarm.tracestats import TraceStats
+
+__all__ = ("Format", "graph", "learned_probabilities", "register")
+
+
+class Format(StrEnum):
+    TEXT = "text"
+    DOT = "dot"
+    SVG = "svg"
+    PNG = "png"
+
+
+_SUFFIXES = {".txt": Format.TEXT, ".dot": Format.DOT, ".gv": Format.DOT, ".svg": Format.SVG,
+             ".png": Format.PNG}  # fmt: skip
+
+
+def learned_probabilities(
+    workflow: Workflow, state_dir: Path
+) -> dict[tuple[str, str], float] | None:
+    """First-order ``P(next | node)`` over each node's declared successors, from the learned
+    predictor saved in ``state_dir``; ``None`` when nothing was learned for this workflow yet.
+
+    The predictor is asked with the one-node path ``(node,)`` and an empty state, i.e. the
+    marginal over every run that passed through ``node``.
+    """
+    from agentwarm.predictors import PredictorStore, default_predictor
+
+    store = PredictorStore(state_dir)
+    if not store.exists(workflow.name):
+        return None
+    predictor = store.load(
+        workflow.name, nodes=sorted(workflow.graph.nodes), factory=default_predictor
+    )
+    probs: dict[tuple[str, str], float] = {}
+    for node in workflow.nodes:
+        candidates = workflow.successors(node)
+        for target, p in predictor.predict((node,), {}, candidates=candidates):
+            probs[(node, target)] = float(p)
+    return probs
+
+
+def _stats(workflow: Workflow, traces: list[Path]) -> TraceStats | None:
+    from agentwarm.cli.stats import print_problems
+    from agentwarm.tracestats import compute_stats, read_traces
+
+    data = read_traces(traces)
+    print_problems(data.problems)
+    st = compute_stats(data.steps, data.prefills, workflow=workflow.name)
+    if not st.steps:
+        typer.echo(f"note: no steps of workflow '{workflow.name}' in the given traces", err=True)
+    return st
+
+
+def _default_state_dir() -> Path:
+    from agentwarm.predictors import default_state_dir
+
+    return Path(default_state_dir())
+
+
+def graph(
+    target: Annotated[str, typer.Argument(metavar="FILE[:WORKFLOW]", help="Workflow file.")],
+    state_dir: Annotated[
+        Path | None, typer.Option("--state-dir", help="Learned predictor state directory.")
+    ] = None,
+    trace: Annotated[
+        list[Path] | None,
+        typer.Option("--trace", help="Trace file(s) for observed hit rates (repeatable)."),
+    ] = None,
+    fmt: Annotated[
+        Format | None,
+        typer.Option(
+            "--format", "-f", help="text, dot, svg or png (default: from -o, else text)."
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (png needs it).")
+    ] = None,
+) -> None:
+    """Draw the workflow graph: learned transition probabilities and observed branch hit rates."""
+    try:
+        workflow = load_workflow(target)
+        kind = fmt or (_SUFFIXES.get(output.suffix.lower()) if output else None) or Format.TEXT
+        if kind is Format.PNG and output is None:
+            raise ConfigError("--format png writes a binary file: give -o FILE.png")
+        sdir = state_dir or _default_state_dir()
+        probs = learned_probabilities(workflow, sdir)
+        if probs is None:
+            typer.echo(
+                f"note: nothing learned yet for '{workflow.name}' in {sdir}; "
+                "`agentwarm run` learns transition probabilities",
+                err=True,
+            )
+        info = graph_info(workflow, probs, _stats(workflow, trace) if trace else None)
+        if kind is Format.PNG:
+            assert output is not None
+            render_png(info, output)
+        elif kind is Format.TEXT and output is None:
+            Console(highlight=False).print(render_text(info))
+        else:
+            body = {Format.TEXT: _as_text, Format.DOT: render_dot, Format.SVG: render_svg}[kind]
+            text = body(info)
+            if output is None:
+                typer.echo(text, nl=False)
+            else:
+                output.write_text(text, encoding="utf-8")
+        if output is not None:
+            typer.echo(f"wrote {output}", err=True)
+    except (AgentwarmError, OSError) as exc:
+        msg = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        typer.echo(f"error: {msg}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _as_text(info: GraphInfo) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=120, highlight=False).print(render_text(info))
+    return buf.getvalue()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``graph`` command to ``app``."""
+    app.command("graph")(graph)
