@@ -59,7 +59,11 @@ class EdgeInfo:
 
     @property
     def hit_rate(self) -> float | None:
-        return self.hits / self.taken if self.taken else None
+        """hits / taken; ``None`` when never taken, or for START and END edges (never
+        prefetched: a run's first step has no previous step, END has no prompt)."""
+        if not self.taken or self.source == START or self.target == END:
+            return None
+        return self.hits / self.taken
 
 
 @dataclass(frozen=True, slots=True)
