@@ -23,6 +23,7 @@ from agentwarm.graphs.render import (
 
 if TYPE_CHECKING:
     from agentwarm.graphs import Workflow
+    from agentwarm.predictors.base import Predictor
     from agentwarm.tracestats import TraceStats
 
 __all__ = ("Format", "graph", "learned_probabilities", "register")
@@ -42,19 +43,22 @@ _SUFFIXES = {".txt": Format.TEXT, ".dot": Format.DOT, ".gv": Format.DOT, ".svg":
 def learned_probabilities(
     workflow: Workflow, state_dir: Path
 ) -> dict[tuple[str, str], float] | None:
-    """First-order ``P(next | node)`` over each node's declared successors, from the learned
-    predictor saved in ``state_dir``; ``None`` when nothing was learned for this workflow yet.
+    """First-order ``P(next | node)`` over each node's declared successors, from the predictor
+    learned in ``state_dir``; ``None`` when nothing was learned for this workflow yet.
 
-    The predictor is asked with the one-node path ``(node,)`` and an empty state, i.e. the
-    marginal over every run that passed through ``node``.
+    For the default variable-order Markov predictor this is its order-1 estimate (the counts of
+    what followed ``node`` anywhere in a run, blended with overall successor frequencies), i.e.
+    the marginal over all the paths that reached ``node``. Other predictors are asked with the
+    one-node path ``(node,)``.
     """
-    from agentwarm.predictors import PredictorStore, default_predictor
+    from agentwarm.predictors.markov import default_predictor
+    from agentwarm.predictors.store import PredictorStore
 
     store = PredictorStore(state_dir)
     if not store.exists(workflow.name):
         return None
-    predictor = store.load(
-        workflow.name, nodes=sorted(workflow.graph.nodes), factory=default_predictor
+    predictor = _first_order_view(
+        store.load(workflow.name, nodes=sorted(workflow.graph.nodes), factory=default_predictor)
     )
     probs: dict[tuple[str, str], float] = {}
     for node in workflow.nodes:
@@ -62,6 +66,17 @@ def learned_probabilities(
         for target, p in predictor.predict((node,), {}, candidates=candidates):
             probs[(node, target)] = float(p)
     return probs
+
+
+def _first_order_view(predictor: Predictor) -> Predictor:
+    from agentwarm.predictors.markov import MarkovPredictor
+
+    if not isinstance(predictor, MarkovPredictor) or predictor.max_order <= 1:
+        return predictor
+    data = predictor.to_dict()
+    data["max_order"] = 1
+    data["contexts"] = [c for c in data["contexts"] if len(c[0]) <= 1]
+    return MarkovPredictor.from_dict(data)
 
 
 def _stats(workflow: Workflow, traces: list[Path]) -> TraceStats | None:
@@ -77,7 +92,7 @@ def _stats(workflow: Workflow, traces: list[Path]) -> TraceStats | None:
 
 
 def _default_state_dir() -> Path:
-    from agentwarm.predictors import default_state_dir
+    from agentwarm.predictors.store import default_state_dir
 
     return Path(default_state_dir())
 
@@ -93,9 +108,7 @@ def graph(
     ] = None,
     fmt: Annotated[
         Format | None,
-        typer.Option(
-            "--format", "-f", help="text, dot, svg or png (default: from -o, else text)."
-        ),
+        typer.Option("--format", "-f", help="text, dot, svg or png (default: from -o, else text)."),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file (png needs it).")

@@ -1,0 +1,147 @@
+"""``agentwarm graph`` through the CLI runner."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentwarm import telemetry as tm
+from agentwarm.cli import app
+from agentwarm.graphs import END, load_workflow
+from agentwarm.predictors.markov import MarkovPredictor
+from agentwarm.predictors.store import PredictorStore
+
+runner = CliRunner()
+
+FLOW = """
+from agentwarm import node, END
+
+@node(entry=True, next=["tool", "answer"])
+async def plan(ctx):
+    return "tool"
+
+@node(next=["plan"])
+async def tool(ctx):
+    return "plan"
+
+@node(next=[END])
+async def answer(ctx):
+    return END
+"""
+
+
+@pytest.fixture
+def flow(tmp_path: Path) -> Path:
+    path = tmp_path / "flow.py"
+    path.write_text(textwrap.dedent(FLOW))
+    return path
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, flow: Path) -> Path:
+    """Learned state of two runs: plan→tool→plan→answer→END and plan→answer→END."""
+    wf = load_workflow(flow)
+    predictor = MarkovPredictor(3, half_life=None)
+    for path in (["plan", "tool", "plan", "answer", END], ["plan", "answer", END]):
+        for i in range(1, len(path)):
+            predictor.observe(tuple(path[:i]), path[i])
+    sdir = tmp_path / "state"
+    PredictorStore(sdir).save(wf.name, predictor, nodes=sorted(wf.graph.nodes))
+    return sdir
+
+
+def _trace(path: Path) -> Path:
+    def step(i: int, frm: str, node: str, hit: bool) -> dict[str, object]:
+        attrs = tm.step_attributes(workflow="flow", run_id="r", index=i, from_node=frm,
+                                   node=node, prefetched=hit, outcome="x")  # fmt: skip
+        return {"traceId": "a" * 32, "spanId": f"{i:016x}", "name": f"invoke_agent {node}",
+                "attributes": attrs}  # fmt: skip
+
+    rows = [step(0, "__start__", "plan", False), step(1, "plan", "tool", True),
+            step(2, "tool", "plan", True), step(3, "plan", "answer", False)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_dot_shows_first_order_probabilities(flow: Path, state_dir: Path) -> None:
+    result = runner.invoke(app, ["graph", str(flow), "--state-dir", str(state_dir), "-f", "dot"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    # Order-1 estimate for plan: uniform prior, blended with overall counts (tool 1, answer 2),
+    # then with plan's own counts (tool 1, answer 2), escape 2 per distinct successor:
+    # P(tool) = (1 + 4 * 3/7) / 7 = 19/49, P(answer) = 30/49.
+    assert '  "plan" -> "tool" [penwidth=3.71, color="#94a3b8", label="0.39"];' in lines
+    assert '  "plan" -> "answer" [penwidth=5.29, color="#94a3b8", label="0.61"];' in lines
+    assert '  "tool" -> "plan" [penwidth=8.00, color="#94a3b8", label="1.00"];' in lines
+    assert result.stderr == ""
+
+
+def test_text_with_traces(flow: Path, state_dir: Path, tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl")
+    result = runner.invoke(
+        app,
+        ["graph", str(flow), "--state-dir", str(state_dir), "--trace", str(trace)],
+        env={"COLUMNS": "150"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "flow: 4 nodes, entry plan, hit rates from 1 traced runs" in result.stdout
+    assert "│ plan   │ tool   │ ████░░░░░░ 0.39 │     1 │          0 │    1 │     100% │" in (
+        result.stdout
+    )
+    assert "│ plan   │ answer │ ██████░░░░ 0.61 │     1 │          0 │    0 │       0% │" in (
+        result.stdout
+    )
+
+
+def test_svg_and_png_files(flow: Path, state_dir: Path, tmp_path: Path) -> None:
+    svg = tmp_path / "g.svg"
+    result = runner.invoke(app, ["graph", str(flow), "--state-dir", str(state_dir), "-o", str(svg)])
+    assert result.exit_code == 0, result.output
+    assert svg.read_text().startswith("<svg ")
+    assert result.stderr == f"wrote {svg}\n"
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "g.png"
+    result = runner.invoke(app, ["graph", str(flow), "--state-dir", str(state_dir), "-o", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_without_learned_state(flow: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "nothing"
+    result = runner.invoke(app, ["graph", str(flow), "--state-dir", str(empty), "-f", "dot"])
+    assert result.exit_code == 0
+    assert "note: nothing learned yet for 'flow'" in result.stderr
+    assert '  "plan" -> "tool" [penwidth=1.50, color="#94a3b8", style=dashed];' in (
+        result.stdout.splitlines()
+    )
+    assert not empty.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.py"], "error: missing.py: no such file"),
+        (["{flow}:nope"], "error: {flow}: has no workflow named 'nope'"),
+        (["{flow}", "-f", "png"], "error: --format png writes a binary file: give -o FILE.png"),
+        (["{flow}", "--trace", "{tmp}/none.jsonl"], "error: {tmp}/none.jsonl: no such trace file"),
+    ],
+)
+def test_user_errors_are_one_line(
+    flow: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    argv = [a.format(flow=flow, tmp=tmp_path) for a in args]
+    result = runner.invoke(app, ["graph", *argv, "--state-dir", str(tmp_path / "s")])
+    assert result.exit_code == 2
+    lines = [x for x in result.stderr.splitlines() if not x.startswith("note:")]
+    assert len(lines) == 1
+    assert lines[0].startswith(message.format(flow=flow, tmp=tmp_path))
+
+
+def test_bad_format_value_is_a_usage_error(flow: Path) -> None:
+    result = runner.invoke(app, ["graph", str(flow), "-f", "jpeg"])
+    assert result.exit_code == 2
+    assert "Invalid value" in result.stderr
