@@ -15,7 +15,8 @@ functions below take the runtime's own step and prefetch records as well as thos
 * **wasted tokens**: ``agentwarm.prefill.computed_tokens`` summed over prefetches whose outcome is
   not ``hit`` (wasted, cancelled, failed, or never resolved).
 * Per edge: *taken* = steps on the edge, *prefetched* = prefetches on the edge, *hits* = taken
-  steps that were branch hits, *hit rate* = hits / taken. TTFT means are over the edge's steps
+  steps that were branch hits, *hit rate* = hits / taken (``None`` when never taken, and for
+  edges out of ``__start__``, which are not branches). TTFT means are over the edge's steps
   that report ``agentwarm.step.ttft_s``, split by hit / not hit.
 * **estimated TTFT saved** = Σ over hit steps with a TTFT of (mean TTFT of the same workflow
   node over its steps that were not hits − that step's TTFT). A hit step whose node has no
@@ -354,8 +355,11 @@ class EdgeStats:
 
     @property
     def hit_rate(self) -> float | None:
-        """hits / taken; ``None`` for an edge that was prefetched but never taken."""
-        return self.hits / self.taken if self.taken else None
+        """hits / taken; ``None`` for an edge never taken, and for an edge out of ``__start__``
+        (a run's first step has no previous step to prefetch it: not a branch)."""
+        if not self.taken or self.from_node.startswith("__"):
+            return None
+        return self.hits / self.taken
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -463,7 +467,10 @@ def compute_stats(
         if s.prefetched and s.ttft_s is not None and baseline is not None:
             saved += baseline - s.ttft_s
 
-    ordered = sorted(edges.values(), key=lambda e: (e.workflow, e.from_node, -e.taken, e.to_node))
+    ordered = sorted(
+        edges.values(),
+        key=lambda e: (e.workflow, e.from_node != tm.START, e.from_node, -e.taken, e.to_node),
+    )
     with_prev = [s for s in steps if has_previous(s)]
     return TraceStats(
         edges=ordered,

@@ -152,7 +152,7 @@ def test_exact_statistics_over_two_files(tmp_path: Path) -> None:
         approx = {k: pytest.approx(v) if isinstance(v, float) else v for k, v in want.items()}
         assert got == approx
 
-    check(("__start__", "a"), taken=3, prefetched=0, hits=0, hit_rate=0.0, wasted_tokens=0)
+    check(("__start__", "a"), taken=3, prefetched=0, hits=0, hit_rate=None, wasted_tokens=0)
     assert edges[("__start__", "a")]["ttft_miss_mean_s"] == pytest.approx(0.6)
     assert edges[("__start__", "a")]["ttft_hit_mean_s"] is None
     check(("a", "b"), taken=2, prefetched=2, hits=1, hit_rate=0.5, wasted_tokens=25)

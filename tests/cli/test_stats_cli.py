@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
@@ -119,3 +120,26 @@ def test_stats_empty_file(tmp_path: Path) -> None:
     result = runner.invoke(app, ["stats", str(empty), "--json"])
     out = json.loads(result.stdout)
     assert (out["steps"], out["branch_hit_rate"], out["edges"]) == (0, 0.0, [])
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_bot.py"
+
+
+@pytest.mark.parametrize("engine", ["fake", pytest.param("local", marks=pytest.mark.slow)])
+def test_run_then_stats_agree(tmp_path: Path, engine: str) -> None:
+    trace = tmp_path / "t.jsonl"
+    run = runner.invoke(
+        app,
+        ["run", str(EXAMPLE), "--runs", "5", "--engine", engine, "--trace", str(trace),
+         "--json", "--state-dir", str(tmp_path / "state")],
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    ran = json.loads(run.stdout)
+    result = runner.invoke(app, ["stats", str(trace), "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["skipped_lines"] == 0 and got["runs"] == 5
+    keys = ("steps", "branch_hit_rate", "acceptance_ratio", "prefetches_issued", "prefetch_hits",
+            "wasted_tokens", "prompt_tokens", "cached_tokens")  # fmt: skip
+    assert {k: got[k] for k in keys} == {k: ran[k] for k in keys}
+    assert ran["steps"] > 5 and ran["prefetches_issued"] > 0
