@@ -1,0 +1,58 @@
+"""Packaged data: agent step sequences for benchmarks and predictor tests.
+
+``tau2_retail_steps.jsonl`` holds the tool-call step names of the 114 tau2-bench retail tasks
+(MIT licence, see ``NOTICE.md`` next to it). Each line is a JSON object with a ``"steps"``
+list of strings (and a ``"task_id"``); other keys are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+from agentwarm.errors import ConfigError
+
+__all__ = ("TAU2_RETAIL_STEPS", "load_trajectories")
+
+#: File name of the packaged tau2-bench retail step sequences.
+TAU2_RETAIL_STEPS = "tau2_retail_steps.jsonl"
+
+
+def load_trajectories(path: str | os.PathLike[str] | None = None) -> list[list[str]]:
+    """Step sequences from a JSON-lines file (default: the packaged tau2 retail file).
+
+    Blank lines are skipped; every other line must be a JSON object whose ``"steps"`` is a list
+    of strings (it may be empty). Order is kept.
+
+    Raises:
+        ConfigError: the file cannot be read, or a line is malformed; the message names the
+            file and the 1-based line number.
+    """
+    if path is None:
+        source = resources.files(__name__).joinpath(TAU2_RETAIL_STEPS)
+        name = f"{__name__}/{TAU2_RETAIL_STEPS}"
+        try:
+            text = source.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read packaged data {name}: {exc}") from exc
+    else:
+        name = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read trajectories file {name}: {exc}") from exc
+    trajectories: list[list[str]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{name}:{lineno}: not valid JSON ({exc.msg})") from exc
+        steps = record.get("steps") if isinstance(record, dict) else None
+        if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+            raise ConfigError(f'{name}:{lineno}: expected an object with a "steps" list of strings')
+        trajectories.append(list(steps))
+    return trajectories

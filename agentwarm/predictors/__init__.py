@@ -1,0 +1,34 @@
+"""Predictors: P(next node | path, state), learned online and persisted per workflow.
+
+:class:`Predictor` is the protocol the runtime uses; :class:`MarkovPredictor` (the default,
+see :func:`default_predictor`) is a variable-order Markov model with backoff, a uniform prior
+over declared successors and decay; :class:`FirstOrderPredictor` is the plain baseline.
+:class:`PredictorStore` saves and loads learned state atomically under a state directory.
+"""
+
+from __future__ import annotations
+
+from agentwarm.predictors.base import END, START, Predictor
+from agentwarm.predictors.first_order import FirstOrderPredictor
+from agentwarm.predictors.markov import MarkovPredictor, default_predictor
+from agentwarm.predictors.store import (
+    FORMAT_VERSION,
+    PredictorStateWarning,
+    PredictorStore,
+    default_state_dir,
+    node_fingerprint,
+)
+
+__all__ = (
+    "END",
+    "FORMAT_VERSION",
+    "START",
+    "FirstOrderPredictor",
+    "MarkovPredictor",
+    "Predictor",
+    "PredictorStateWarning",
+    "PredictorStore",
+    "default_predictor",
+    "default_state_dir",
+    "node_fingerprint",
+)

@@ -1,0 +1,83 @@
+"""The predictor protocol: P(next node | path so far, state), learned online.
+
+Rules every implementation keeps:
+
+* ``path`` is the sequence of node names executed so far in this run, ending with the current
+  node (the runtime's ``StepScope.path``). It never contains :data:`START`; an empty path asks
+  for the entry step.
+* ``predict`` returns ``[(node, p), ...]`` sorted by ``p`` descending (ties keep the order of
+  ``candidates``, else the order in which nodes were first observed), with ``p`` summing to 1.
+  With ``candidates`` (the current node's declared successors, which may include :data:`END`)
+  the distribution is over exactly those names, each listed once, even if never observed, so
+  an untrained predictor still answers (uniformly). Without ``candidates`` it is over the nodes
+  observed as successors so far, and empty when nothing has been observed.
+* ``predict`` never changes learned state; ``observe(path, next_node)`` is the only update. The
+  runtime calls it once per actual transition (once per branch after a fan-out), after it asked
+  ``predict`` for the same ``path``.
+* ``to_dict()`` returns JSON-serializable data with a ``"kind"`` key naming the implementation;
+  ``type(p).from_dict(p.to_dict())`` predicts exactly as ``p`` does. ``from_dict`` raises
+  ``ValueError`` (or ``TypeError``) on data it cannot use; :class:`~agentwarm.predictors.store.
+  PredictorStore` treats that as a corrupt file.
+* A predictor is owned by one workflow session and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, Self, runtime_checkable
+
+__all__ = ("END", "START", "Predictor", "rank", "support")
+
+#: Successor name meaning "the run ends here" (same string as :data:`agentwarm.graphs.END`).
+END = "__end__"
+#: Virtual predecessor of the entry node; predictors pad paths with it to learn how runs start.
+START = "__start__"
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """Predicts the next node of a workflow run from the path so far; learns from outcomes."""
+
+    def predict(
+        self,
+        path: Sequence[str],
+        state: Mapping[str, Any] | None = None,
+        *,
+        candidates: Sequence[str] | None = None,
+    ) -> list[tuple[str, float]]:
+        """Next-node distribution, most likely first (see the module docstring for the rules)."""
+        ...
+
+    def observe(self, path: Sequence[str], next_node: str) -> None:
+        """Learn that the run at ``path`` continued with ``next_node`` (possibly :data:`END`)."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable learned state and configuration, with a ``"kind"`` key."""
+        ...
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Rebuild a predictor from :meth:`to_dict` output; ``ValueError`` if it is unusable."""
+        ...
+
+
+def support(candidates: Sequence[str] | None, known: Iterable[str]) -> list[str]:
+    """The names a prediction ranges over: ``candidates`` deduplicated in order, else ``known``."""
+    if candidates is None:
+        return list(known)
+    return list(dict.fromkeys(candidates))
+
+
+def rank(names: Sequence[str], weights: Sequence[float]) -> list[tuple[str, float]]:
+    """Normalize ``weights`` to sum to 1 and sort descending, ties in ``names`` order.
+
+    Non-positive totals give the uniform distribution. ``names`` must be distinct.
+    """
+    if not names:
+        return []
+    total = sum(weights)
+    uniform = [1.0 / len(names)] * len(names)
+    probs = [w / total for w in weights] if total > 0.0 else uniform
+    order = sorted(range(len(names)), key=lambda i: -probs[i])
+    return [(names[i], probs[i]) for i in order]

@@ -1,0 +1,76 @@
+"""A plain first-order frequency predictor, the baseline the default is measured against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self
+
+from agentwarm.predictors import _serial
+from agentwarm.predictors.base import START, rank, support
+
+__all__ = ("FirstOrderPredictor",)
+
+
+class FirstOrderPredictor:
+    """``P(x | current node) = (count(current -> x) + pseudo_count) / normalizer``.
+
+    The current node is ``path[-1]`` (:data:`START` for an empty path). No backoff to shorter
+    contexts, no decay, ``state`` ignored: with ``pseudo_count > 0`` an unseen node gets the
+    uniform distribution over the support.
+    """
+
+    kind: ClassVar[str] = "first_order"
+
+    def __init__(self, *, pseudo_count: float = 0.1) -> None:
+        if not pseudo_count >= 0:
+            raise ValueError(f"pseudo_count must be >= 0, got {pseudo_count!r}")
+        self.pseudo_count = float(pseudo_count)
+        self._counts: dict[str, dict[str, float]] = {}
+        self._known: dict[str, None] = {}
+
+    def predict(
+        self,
+        path: Sequence[str],
+        state: Mapping[str, Any] | None = None,
+        *,
+        candidates: Sequence[str] | None = None,
+    ) -> list[tuple[str, float]]:
+        """Successor frequencies of the current node, smoothed by ``pseudo_count``."""
+        names = support(candidates, self._known)
+        table = self._counts.get(path[-1] if path else START, {})
+        return rank(names, [table.get(name, 0.0) + self.pseudo_count for name in names])
+
+    def observe(self, path: Sequence[str], next_node: str) -> None:
+        """Count one ``current -> next_node`` transition."""
+        table = self._counts.setdefault(path[-1] if path else START, {})
+        table[next_node] = table.get(next_node, 0.0) + 1.0
+        self._known.setdefault(next_node, None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Counts as JSON-serializable data (``kind`` ``"first_order"``)."""
+        return {
+            "kind": self.kind,
+            "pseudo_count": self.pseudo_count,
+            "known": list(self._known),
+            "counts": {node: dict(table) for node, table in self._counts.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Rebuild from :meth:`to_dict` output; ``ValueError`` names the first bad field."""
+        _serial.check_kind(data, cls.kind)
+        model = cls(pseudo_count=_serial.number(data, "pseudo_count"))
+        model._known = dict.fromkeys(_serial.name_list(data.get("known"), "known"))
+        counts = data.get("counts")
+        if not isinstance(counts, dict):
+            raise ValueError("predictor state field 'counts' must be an object")
+        for node, table in counts.items():
+            parsed = _serial.count_table(table, f"counts[{node!r}]")
+            unknown = [name for name in parsed if name not in model._known]
+            if unknown:
+                raise ValueError(f"predictor state counts[{node!r}] counts unknown nodes {unknown}")
+            model._counts[node] = parsed
+        return model
+
+    def __repr__(self) -> str:
+        return f"FirstOrderPredictor(pseudo_count={self.pseudo_count})"
