@@ -370,3 +370,45 @@ def test_capture_content_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv(tm.CAPTURE_CONTENT_ENV, "0")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
     assert tm.capture_content() is True
+
+
+USER_PIPELINE = """
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+user = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(user))
+trace.set_tracer_provider(provider)
+
+from agentwarm import telemetry as tm
+
+with tm.get_tracer().start_as_current_span(tm.step_span_name("before")):
+    pass
+with tm.configure(trace_file=sys.argv[1]):
+    with tm.get_tracer().start_as_current_span(tm.step_span_name("during")):
+        pass
+print(json.dumps([s.name for s in user.get_finished_spans()]))
+"""
+
+
+def test_spans_reach_an_application_configured_provider(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    trace_file = tmp_path / "t.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-c", USER_PIPELINE, str(trace_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert json.loads(out.stdout) == ["invoke_agent before", "invoke_agent during"]
+    assert [json.loads(x)["name"] for x in trace_file.read_text().splitlines()] == [
+        "invoke_agent during"
+    ]
+    assert "Overriding" not in out.stderr
