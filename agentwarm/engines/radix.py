@@ -139,6 +139,10 @@ class RadixCache(Generic[V]):
     ``max_tokens`` is the token budget (``None``: unbounded). ``clock`` drives pin expiry and LRU
     order (inject a fake one in tests). ``ops`` measures and slices payloads; without it the tree
     stores no payloads and ``values`` hold ``None``.
+
+    Counters: ``total_tokens`` (cached now), ``locked_tokens`` (on locked paths),
+    ``active_locks`` (outstanding :meth:`lock` calls), ``evicted_tokens`` (dropped by eviction or
+    :meth:`reset`, cumulative) and the computed ``evictable_tokens``.
     """
 
     def __init__(
@@ -158,6 +162,7 @@ class RadixCache(Generic[V]):
         self.total_tokens = 0
         self.locked_tokens = 0
         self.evicted_tokens = 0
+        self.active_locks = 0
 
     # ----------------------------------------------------------------- lookup
 
@@ -247,6 +252,7 @@ class RadixCache(Generic[V]):
     def lock(self, node: RadixNode[V]) -> None:
         """Protect the path root→``node`` from eviction (reference counted)."""
         node.own_locks += 1
+        self.active_locks += 1
         cur: RadixNode[V] | None = node
         while cur is not None:
             if cur.lock_ref == 0:
@@ -259,6 +265,7 @@ class RadixCache(Generic[V]):
         if node.own_locks <= 0:
             raise ValueError(f"unlock of a node that is not locked: {node!r}")
         node.own_locks -= 1
+        self.active_locks -= 1
         cur: RadixNode[V] | None = node
         while cur is not None:
             cur.lock_ref -= 1
@@ -440,27 +447,31 @@ class RadixCache(Generic[V]):
     def check_integrity(self) -> None:
         """Recount everything; raise RuntimeError naming the counts that disagree."""
         problems: list[str] = []
-        total = locked = 0
+        total = locked = locks = 0
         for ns, root in self._roots.items():
             if root.parent is not None or root.key or root.namespace != ns:
                 problems.append(f"root of namespace {ns!r} is malformed: {root!r}")
-            total_ns, locked_ns = self._check_subtree(root, problems)
+            total_ns, locked_ns, locks_ns = self._check_subtree(root, problems)
             total += total_ns
             locked += locked_ns
+            locks += locks_ns
         if total != self.total_tokens:
             problems.append(f"total_tokens={self.total_tokens} but nodes hold {total}")
         if locked != self.locked_tokens:
             problems.append(f"locked_tokens={self.locked_tokens} but locked nodes hold {locked}")
+        if locks != self.active_locks:
+            problems.append(f"active_locks={self.active_locks} but nodes hold {locks} locks")
         if self.max_tokens is not None and self.total_tokens > self.max_tokens:
             problems.append(f"total_tokens={self.total_tokens} > max_tokens={self.max_tokens}")
         if problems:
             raise RuntimeError("radix cache integrity: " + "; ".join(problems))
 
-    def _check_subtree(self, node: RadixNode[V], problems: list[str]) -> tuple[int, int]:
-        total = locked = 0
+    def _check_subtree(self, node: RadixNode[V], problems: list[str]) -> tuple[int, int, int]:
+        total = locked = locks = 0
         stack = [node]
         while stack:
             cur = stack.pop()
+            locks += cur.own_locks
             if not cur.is_root:
                 total += len(cur.key)
                 if cur.lock_ref > 0:
@@ -488,7 +499,7 @@ class RadixCache(Generic[V]):
                     f"lock_ref={cur.lock_ref} != own {cur.own_locks} + children {child_locks}"
                     f" at {cur!r}"
                 )
-        return total, locked
+        return total, locked, locks
 
 
 def _common_len(key: tuple[int, ...], ids: Sequence[int], pos: int) -> int:

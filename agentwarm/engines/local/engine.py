@@ -1,0 +1,368 @@
+"""``LocalEngine``: the embedded prefix-caching engine (torch + transformers, any device).
+
+It implements :class:`agentwarm.engines.base.Engine` on top of a :class:`ModelRunner`, a
+:class:`RadixCache` of per-node K/V and a :class:`Scheduler` whose single worker thread runs all
+torch compute. The asyncio methods only validate, hand a request to the worker and await its
+future.
+
+Rules callers keep (beyond the engine protocol):
+
+* Use it from one event loop; ``async with LocalEngine(...) as engine`` closes the worker.
+* Token ids must lie in the model's vocabulary and a prompt must fit ``max_context``.
+* ``abort(rid)`` of a running or queued request ends it at the next chunk or token boundary; of
+  a finished speculative prefill it releases the prefill's TTL pin (the prefetcher's way to mark
+  a losing branch). Cancelling the awaiting task aborts the request too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from agentwarm.engines.base import (
+    Completion,
+    Engine,
+    EngineStats,
+    PrefillResult,
+    Priority,
+    StreamChunk,
+    new_rid,
+)
+from agentwarm.engines.local.model import LoadedModel, load_model
+from agentwarm.engines.local.runner import KV, ModelRunner, kv_len, slice_kv
+from agentwarm.engines.local.scheduler import Request, RequestKind, Scheduler, StepEvent
+from agentwarm.engines.radix import RadixCache
+from agentwarm.errors import EngineError, InvalidRequest
+
+if TYPE_CHECKING:
+    from agentwarm.engines.local.tokenizer import Tokenizer
+
+__all__ = ("DEFAULT_CACHE_BYTES", "KVPayloadOps", "LocalEngine")
+
+T = TypeVar("T")
+
+DEFAULT_CACHE_BYTES = 2 << 30
+"""KV bytes the cache may hold when ``max_cached_tokens`` is not given."""
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark an abandoned future's exception as seen (no 'never retrieved' warning)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class KVPayloadOps:
+    """Radix payload operations for runner KV tensors; slices are compact copies."""
+
+    def length(self, value: KV) -> int:
+        return kv_len(value)
+
+    def slice(self, value: KV, start: int, stop: int) -> KV:
+        with torch.inference_mode():
+            return slice_kv(value, start, stop, copy=True)
+
+
+class LocalEngine(Engine):
+    """Embedded engine: ``model`` is a preset (``"tiny"``, ``"small"``), a checkpoint directory
+    or an already loaded model (engines may share one; ``device``/``dtype``/``seed`` then unused).
+
+    ``max_cached_tokens`` bounds the radix cache (default: as many tokens as fit in
+    ``max_cache_bytes`` of KV); ``chunk_size`` is the prefill chunk (the preemption and abort
+    granularity); finished speculative prefills stay pinned for ``pin_ttl_s`` seconds. ``seed``
+    seeds preset weights. ``check_integrity_on_idle`` and ``step_hook`` are for tests: the first
+    checks the cache whenever the worker idles, the second sees every step before it runs.
+
+    Raises :class:`EngineError` when the model cannot be loaded.
+    """
+
+    supports_promotion = True
+
+    def __init__(
+        self,
+        model: str | Path | LoadedModel = "tiny",
+        *,
+        max_cached_tokens: int | None = None,
+        max_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        chunk_size: int = 256,
+        pin_ttl_s: float = 30.0,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        check_integrity_on_idle: bool = False,
+        step_hook: Callable[[StepEvent], None] | None = None,
+    ) -> None:
+        if chunk_size <= 0:
+            raise InvalidRequest(f"chunk_size must be positive, got {chunk_size}")
+        if max_cached_tokens is not None and max_cached_tokens < 0:
+            raise InvalidRequest(f"max_cached_tokens must be >= 0, got {max_cached_tokens}")
+        if isinstance(model, LoadedModel):
+            loaded = model
+        else:
+            try:
+                loaded = load_model(model, device=device, dtype=dtype, seed=seed)
+            except EngineError:
+                raise
+            except (OSError, RuntimeError, ValueError, TypeError) as exc:
+                raise EngineError(f"cannot load model {str(model)!r}: {exc}") from exc
+        self.runner = ModelRunner(loaded)
+        self.model_name = loaded.name
+        if max_cached_tokens is None:
+            max_cached_tokens = max_cache_bytes // self.runner.kv_bytes_per_token
+        self.cache: RadixCache[KV] = RadixCache(max_cached_tokens, ops=KVPayloadOps())
+        self.scheduler = Scheduler(
+            self.runner,
+            self.cache,
+            chunk_size=chunk_size,
+            pin_ttl_s=pin_ttl_s,
+            check_on_idle=check_integrity_on_idle,
+            step_hook=step_hook,
+        )
+        self._active: set[str] = set()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.runner.tokenizer
+
+    @property
+    def max_context(self) -> int:
+        """Longest sequence (prompt + generated tokens) the model accepts."""
+        return self.runner.max_context
+
+    @property
+    def chunks_executed(self) -> int:
+        """Prefill chunks run so far (a counting hook for tests and benchmarks)."""
+        return self.scheduler.chunks_executed
+
+    # -------------------------------------------------------------- requests
+
+    async def prefill(
+        self,
+        ids: Sequence[int],
+        *,
+        priority: int = Priority.SPECULATIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+    ) -> PrefillResult:
+        req = Request(
+            rid=rid or new_rid(),
+            kind=RequestKind.PREFILL,
+            ids=self._check_ids(ids),
+            priority=int(priority),
+            namespace=namespace,
+        )
+        result = await self._run(req)
+        assert isinstance(result, PrefillResult)
+        return result
+
+    async def generate(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        req = self._generate_request(
+            ids, max_tokens, temperature, priority, rid, namespace, seed, time.perf_counter()
+        )
+        result = await self._run(req)
+        assert isinstance(result, Completion)
+        return result
+
+    async def generate_stream(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Yield one chunk per generated token, then a last chunk carrying the Completion.
+
+        Raises :class:`~agentwarm.errors.RequestAborted` if the request is aborted; closing the
+        iterator early aborts the request.
+        """
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[int | None] = asyncio.Queue()
+
+        def on_token(token: int) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, token)
+
+        req = self._generate_request(
+            ids, max_tokens, temperature, priority, rid, namespace, seed, t0
+        )
+        req.on_token = on_token
+        fut = self._submit(req)
+        fut.add_done_callback(lambda _: queue.put_nowait(None))
+        tokens: list[int] = []
+        sent = ""
+        try:
+            while (token := await queue.get()) is not None:
+                tokens.append(token)
+                text = self.decode(tokens)
+                text = text.rstrip("\ufffd")
+                delta = ""
+                if text.startswith(sent):
+                    delta, sent = text[len(sent) :], text
+                yield StreamChunk((token,), delta)
+            completion = fut.result()
+            assert isinstance(completion, Completion)
+            rest = completion.text[len(sent) :] if completion.text.startswith(sent) else ""
+            yield StreamChunk((), rest, completion)
+        finally:
+            if not fut.done():
+                self.scheduler.abort(req.rid)
+            self._active.discard(req.rid)
+
+    async def next_token_logits(
+        self,
+        ids: Sequence[int],
+        *,
+        priority: int = Priority.LIVE,
+        namespace: str = "",
+        rid: str | None = None,
+    ) -> torch.Tensor:
+        """Float32 next-token logits after ``ids`` (``[vocab]``), computed like a one-token
+        greedy ``generate`` (reusing and filling the cache); for scoring and exactness tests."""
+        captured: list[torch.Tensor] = []
+        req = self._generate_request(
+            ids, 1, 0.0, priority, rid, namespace, None, time.perf_counter()
+        )
+        req.on_logits = lambda logits: captured.append(logits.detach().clone())
+        await self._run(req)
+        return captured[0]
+
+    def _generate_request(
+        self,
+        ids: Sequence[int],
+        max_tokens: int,
+        temperature: float,
+        priority: int,
+        rid: str | None,
+        namespace: str,
+        seed: int | None,
+        t0: float,
+    ) -> Request:
+        if max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be >= 1, got {max_tokens} (use prefill)")
+        if temperature < 0:
+            raise InvalidRequest(f"temperature must be >= 0, got {temperature}")
+        return Request(
+            rid=rid or new_rid(),
+            kind=RequestKind.GENERATE,
+            ids=self._check_ids(ids),
+            priority=int(priority),
+            namespace=namespace,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            t_submit=t0,
+        )
+
+    def _check_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
+        out = tuple(int(i) for i in ids)
+        if not out:
+            raise InvalidRequest("empty prompt: ids must hold at least one token")
+        if len(out) > self.max_context:
+            raise InvalidRequest(
+                f"prompt of {len(out)} tokens exceeds the model context of {self.max_context}"
+            )
+        lo, hi = min(out), max(out)
+        if lo < 0 or hi >= self.runner.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise InvalidRequest(f"token id {bad} outside vocabulary of {self.runner.vocab_size}")
+        return out
+
+    def _submit(self, req: Request) -> asyncio.Future[PrefillResult | Completion]:
+        if req.rid in self._active:
+            raise InvalidRequest(f"request id {req.rid!r} is already in flight")
+        fut = asyncio.wrap_future(self.scheduler.submit(req))
+        self._active.add(req.rid)
+        return fut
+
+    async def _run(self, req: Request) -> PrefillResult | Completion:
+        fut = self._submit(req)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            self.scheduler.abort(req.rid)
+            fut.add_done_callback(_retrieve)
+            raise
+        finally:
+            self._active.discard(req.rid)
+
+    async def abort(self, rid: str) -> None:
+        self.scheduler.abort(rid)
+
+    # ----------------------------------------------------------------- misc
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    async def stats(self) -> EngineStats:
+        return await self._on_worker(self._stats)
+
+    def _stats(self) -> EngineStats:
+        sched = self.scheduler
+        return EngineStats(
+            cached_tokens=self.cache.total_tokens,
+            capacity_tokens=self.cache.max_tokens,
+            evicted_tokens=self.cache.evicted_tokens,
+            hit_tokens=sched.hit_tokens,
+            prompt_tokens=sched.prompt_tokens,
+            computed_tokens=sched.computed_tokens,
+            requests=sched.requests,
+            aborted=sched.aborted,
+        )
+
+    async def flush_cache(self) -> None:
+        await self._on_worker(self.scheduler.flush)
+
+    async def check_integrity(self) -> None:
+        """Check the radix cache on the worker thread; raise RuntimeError with the counts.
+
+        Also raises a failure found earlier by ``check_integrity_on_idle``.
+        """
+
+        def check() -> None:
+            if self.scheduler.integrity_error is not None:
+                raise self.scheduler.integrity_error
+            self.cache.check_integrity()
+
+        await self._on_worker(check)
+
+    async def _on_worker(self, fn: Callable[[], T]) -> T:
+        return await asyncio.wrap_future(self.scheduler.call(fn))
+
+    async def aclose(self) -> None:
+        if not self.scheduler.closed:
+            await asyncio.to_thread(self.scheduler.close)
+
+    async def __aenter__(self) -> LocalEngine:
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalEngine(model={self.model_name!r}, max_cached_tokens={self.cache.max_tokens}, "
+            f"chunk_size={self.scheduler.chunk_size}, device={self.runner.device})"
+        )
