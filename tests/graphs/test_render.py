@@ -182,7 +182,7 @@ def test_svg_is_well_formed_and_encodes_edges() -> None:
     texts = [t.text for t in root.iter(f"{ns}text")]
     assert {"plan", "tool", "answer", "END", "agent"} <= set(texts)
     assert "0.75 · 1/2" in texts
-    polygons = [p.get("fill") for p in root.iter(f"{ns}polygon")]
+    polygons = [p.get("fill", "") for p in root.iter(f"{ns}polygon")]
     assert sorted(polygons) == sorted(
         ["#94a3b8", "#f59e0b", "#dc2626", "#16a34a", NO_DATA, NO_DATA]
     )
