@@ -192,7 +192,7 @@ def test_spans_carry_names_and_required_attributes() -> None:
         "agentwarm.prefill.kind": "speculative",
         "agentwarm.prefill.tokens": 100,
         "agentwarm.prefill.probability": 0.75,
-        "agentwarm.prefill.rank": 1,
+        "agentwarm.prefill.rank": 0,
         "agentwarm.prefill.outcome": "wasted",
         "agentwarm.prefill.computed_tokens": 40,
     }
