@@ -129,7 +129,7 @@ def _emit_run(tracer: object) -> None:
                 kind=tm.KIND_SPECULATIVE,
                 tokens=100,
                 probability=0.75,
-                rank=1,
+                rank=0,
             ),
         ) as pre:
             pre.set_attribute(tm.AW_PREFILL_OUTCOME, tm.OUTCOME_WASTED)
