@@ -88,7 +88,7 @@ def stats(
     traces: Annotated[
         list[Path],
         typer.Argument(
-            metavar="TRACE.jsonl...", help="Trace files written by `agentwarm run --trace`."
+            metavar="TRACE.jsonl", help="Trace files written by `agentwarm run --trace`."
         ),
     ],
     json_out: Annotated[
