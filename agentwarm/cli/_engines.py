@@ -14,8 +14,9 @@ def make_engine(spec: str, model: str, *, chunk_size: int | None = None) -> Engi
     if spec == "local":
         from agentwarm.engines.local import LocalEngine
 
-        kwargs = {"chunk_size": chunk_size} if chunk_size else {}
-        return LocalEngine(model, **kwargs)
+        if chunk_size:
+            return LocalEngine(model, chunk_size=chunk_size)
+        return LocalEngine(model)
     if spec == "fake":
         from agentwarm.engines.fake import FakeEngine
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from agentwarm.errors import AgentwarmError, ConfigError
+from agentwarm.cli._errors import cli_errors
+from agentwarm.errors import ConfigError
 from agentwarm.graphs import load_workflow
 from agentwarm.graphs.render import (
     GraphInfo,
@@ -115,7 +116,7 @@ def graph(
     ] = None,
 ) -> None:
     """Draw the workflow graph: learned transition probabilities and observed branch hit rates."""
-    try:
+    with cli_errors():
         workflow = load_workflow(target)
         kind = fmt or (_SUFFIXES.get(output.suffix.lower()) if output else None) or Format.TEXT
         if kind is Format.PNG and output is None:
@@ -143,10 +144,6 @@ def graph(
                 output.write_text(text, encoding="utf-8")
         if output is not None:
             typer.echo(f"wrote {output}", err=True)
-    except (AgentwarmError, OSError) as exc:
-        msg = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
-        typer.echo(f"error: {msg}", err=True)
-        raise typer.Exit(2) from None
 
 
 def _as_text(info: GraphInfo) -> str:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from agentwarm import telemetry as tm
 from agentwarm.cli._engines import make_engine
+from agentwarm.cli._errors import cli_errors
 from agentwarm.errors import ConfigError
 from agentwarm.graphs import Workflow, load_workflow
 from agentwarm.runtime import PrefetchPolicy, RunResult, summarize
@@ -86,17 +87,17 @@ def _render(console: Console, results: list[RunResult], summary: dict[str, Any])
     for col in ("#", "node", "TTFT ms", "prompt tok", "cached tok", "outcome", "prefetched"):
         steps.add_column(col, justify="left" if col in ("node", "prefetched") else "right")
     style = {"hit": "green", "miss": "red", "none": "dim"}
-    for s in last.steps:
+    for st in last.steps:
         pre = ", ".join(
-            f"{p.target} {p.probability:.2f} {p.outcome}" for p in s.prefetches if p.speculative
+            f"{p.target} {p.probability:.2f} {p.outcome}" for p in st.prefetches if p.speculative
         )
         steps.add_row(
-            str(s.index),
-            s.node,
-            _fmt_ms(s.ttft_s),
-            str(s.prompt_tokens),
-            str(s.cached_tokens),
-            f"[{style[s.outcome]}]{s.outcome}[/]",
+            str(st.index),
+            st.node,
+            _fmt_ms(st.ttft_s),
+            str(st.prompt_tokens),
+            str(st.cached_tokens),
+            f"[{style[st.outcome]}]{st.outcome}[/]",
             pre or "—",
         )
     console.print(steps)
@@ -163,6 +164,37 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a workflow; print per-step TTFT, cached tokens and prefetch outcomes."""
+    with cli_errors():
+        _run(
+            target,
+            input,
+            inputs,
+            runs,
+            engine,
+            model,
+            no_prefetch,
+            top_n,
+            state_dir,
+            trace,
+            otlp,
+            as_json,
+        )
+
+
+def _run(
+    target: str,
+    input: str | None,
+    inputs: Path | None,
+    runs: int,
+    engine: str,
+    model: str,
+    no_prefetch: bool,
+    top_n: int,
+    state_dir: Path | None,
+    trace: Path | None,
+    otlp: str | None,
+    as_json: bool,
+) -> None:
     workflow = load_workflow(target)
     texts = _inputs(workflow, input, inputs, runs)
     policy = PrefetchPolicy.disabled() if no_prefetch else PrefetchPolicy(top_n=top_n)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agentwarm.errors import ConfigError
+from agentwarm.cli._errors import cli_errors
 from agentwarm.tracestats import Problem, TraceStats, compute_stats, read_traces
 
 __all__ = ("hit_rate_style", "print_problems", "register", "stats")
@@ -99,11 +99,8 @@ def stats(
     ] = None,
 ) -> None:
     """Per-edge branch hit rates, prefetch acceptance and waste, TTFT on hit vs miss."""
-    try:
+    with cli_errors():
         data = read_traces(traces)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
     print_problems(data.problems)
     st = compute_stats(data.steps, data.prefills, workflow=workflow)
     if json_out:

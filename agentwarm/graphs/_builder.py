@@ -39,8 +39,8 @@ class WorkflowGraph:
                 f"Module '{module.__name__}' defines no @node functions; decorate the workflow's "
                 "steps with @node (from agentwarm import node)"
             )
-        default = module.__name__.rsplit(".", 1)[-1]
-        return cls(name or getattr(module, "WORKFLOW_NAME", default)).add(*specs)
+        default = str(getattr(module, "WORKFLOW_NAME", module.__name__.rsplit(".", 1)[-1]))
+        return cls(name or default).add(*specs)
 
     def add(self, *specs: NodeSpec) -> WorkflowGraph:
         for spec in specs:

@@ -18,6 +18,7 @@ Nothing here may break a workflow: every speculative failure is logged and count
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -280,7 +281,7 @@ class Prefetcher:
                     # Left running: the real request reuses (or waits for) its work.
                     self._background.add(pf.task)
                     pf.task.add_done_callback(self._background.discard)
-                    pf.task.add_done_callback(lambda _t, pf=pf: self._end_span(pf))
+                    pf.task.add_done_callback(functools.partial(self._end_span_cb, pf))
                 else:
                     self._end_span(pf)
             else:
@@ -317,6 +318,9 @@ class Prefetcher:
         except Exception:
             self.failures += 1
             log.exception("predictor/guardrail update after step %r failed", scope.spec.name)
+
+    def _end_span_cb(self, pf: _Prefetch, _task: object) -> None:
+        self._end_span(pf)
 
     def _end_span(self, pf: _Prefetch) -> None:
         pf.span.set_attribute(tm.AW_PREFILL_OUTCOME, pf.record.outcome or Outcome.FAILED)
@@ -356,12 +360,12 @@ class Prefetcher:
             self._submit(pf, ids, Priority.LIVE)
             self._confirmed[target] = pf
             assert pf.task is not None
-            pf.task.add_done_callback(lambda _t, pf=pf: self._finish_confirmed(pf))
+            pf.task.add_done_callback(functools.partial(self._finish_confirmed, pf))
         except Exception:
             self.failures += 1
             log.exception("warming the prefix of %r failed", target)
 
-    def _finish_confirmed(self, pf: _Prefetch) -> None:
+    def _finish_confirmed(self, pf: _Prefetch, _task: object = None) -> None:
         pf.record.outcome = Outcome.FAILED if pf.failed else Outcome.HIT
         self._end_span(pf)
 
