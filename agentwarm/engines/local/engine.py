@@ -34,7 +34,7 @@ from agentwarm.engines.base import (
     new_rid,
 )
 from agentwarm.engines.local.model import LoadedModel, load_model
-from agentwarm.engines.local.runner import KV, ModelRunner, kv_len, slice_kv
+from agentwarm.engines.local.runner import KV, KV_OPS, ModelRunner
 from agentwarm.engines.local.scheduler import Request, RequestKind, Scheduler, StepEvent
 from agentwarm.engines.radix import RadixCache
 from agentwarm.errors import EngineError, InvalidRequest
@@ -42,7 +42,7 @@ from agentwarm.errors import EngineError, InvalidRequest
 if TYPE_CHECKING:
     from agentwarm.engines.local.tokenizer import Tokenizer
 
-__all__ = ("DEFAULT_CACHE_BYTES", "KVPayloadOps", "LocalEngine")
+__all__ = ("DEFAULT_CACHE_BYTES", "LocalEngine")
 
 T = TypeVar("T")
 
@@ -54,17 +54,6 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Mark an abandoned future's exception as seen (no 'never retrieved' warning)."""
     if not fut.cancelled():
         fut.exception()
-
-
-class KVPayloadOps:
-    """Radix payload operations for runner KV tensors; slices are compact copies."""
-
-    def length(self, value: KV) -> int:
-        return kv_len(value)
-
-    def slice(self, value: KV, start: int, stop: int) -> KV:
-        with torch.inference_mode():
-            return slice_kv(value, start, stop, copy=True)
 
 
 class LocalEngine(Engine):
@@ -113,7 +102,7 @@ class LocalEngine(Engine):
         self.model_name = loaded.name
         if max_cached_tokens is None:
             max_cached_tokens = max_cache_bytes // self.runner.kv_bytes_per_token
-        self.cache: RadixCache[KV] = RadixCache(max_cached_tokens, ops=KVPayloadOps())
+        self.cache: RadixCache[KV] = RadixCache(max_cached_tokens, ops=KV_OPS)
         self.scheduler = Scheduler(
             self.runner,
             self.cache,

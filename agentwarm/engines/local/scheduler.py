@@ -206,34 +206,43 @@ class Scheduler:
     # -------------------------------------------------------- worker thread
 
     def _loop(self) -> None:
-        with torch.inference_mode():
-            while True:
-                with self._cv:
-                    while not (
-                        self._inbox or self._aborts or self._calls or self._closed or self._waiting
-                    ):
-                        if self._dirty and self.check_on_idle:
-                            self._dirty = False
-                            self._idle_check()
-                            continue
-                        self._cv.wait()
-                    inbox, self._inbox = self._inbox, []
-                    aborts, self._aborts = self._aborts, []
-                    calls, self._calls = self._calls, []
-                    closed = self._closed
-                for req in inbox:
-                    req.arrival = next(self._arrivals)
-                    self._waiting.append(req)
-                for fn, fut in calls:
-                    self._run_call(fn, fut)
-                for rid in aborts:
-                    self._abort(rid)
-                if closed:
-                    self._shutdown()
-                    return
-                if self._waiting:
-                    self._dirty = True
-                    self._step(max(self._waiting, key=lambda r: (r.priority, -r.arrival)))
+        try:
+            with torch.inference_mode():
+                while self._serve_once():
+                    pass
+        except BaseException as exc:
+            with self._cv:
+                self._closed = True
+            self._shutdown(EngineError(f"the local engine's worker failed: {exc!r}"))
+            raise
+
+    def _serve_once(self) -> bool:
+        """Take new work, apply calls and aborts, run one step. False once closed."""
+        with self._cv:
+            while not (self._inbox or self._aborts or self._calls or self._closed or self._waiting):
+                if self._dirty and self.check_on_idle:
+                    self._dirty = False
+                    self._idle_check()
+                    continue
+                self._cv.wait()
+            inbox, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+            calls, self._calls = self._calls, []
+            closed = self._closed
+        for req in inbox:
+            req.arrival = next(self._arrivals)
+            self._waiting.append(req)
+        for fn, fut in calls:
+            self._run_call(fn, fut)
+        for rid in aborts:
+            self._abort(rid)
+        if closed:
+            self._shutdown(EngineUnavailable("the local engine was closed"))
+            return False
+        if self._waiting:
+            self._dirty = True
+            self._step(max(self._waiting, key=lambda r: (r.priority, -r.arrival)))
+        return True
 
     def _run_call(self, fn: Callable[[], Any], fut: concurrent.futures.Future[Any]) -> None:
         if not fut.set_running_or_notify_cancel():
@@ -395,6 +404,8 @@ class Scheduler:
             try:
                 if req.state is not None:
                     self._insert(req, (*req.ids, *req.output)[: req.state.length])
+            except Exception:
+                pass  # caching what was computed is best effort; the outcome stands
             finally:
                 self.cache.unlock(req.node)
         aborted = isinstance(outcome, RequestAborted)
@@ -433,14 +444,7 @@ class Scheduler:
             result = outcome
         req.node = None
         req.state = None
-        if not req.future.done():
-            try:
-                if isinstance(result, BaseException):
-                    req.future.set_exception(result)
-                else:
-                    req.future.set_result(result)
-            except concurrent.futures.InvalidStateError:
-                pass
+        _resolve(req.future, result)
 
     def _pin(self, rid: str, node: RadixNode[KV]) -> None:
         if self.pin_ttl_s <= 0:
@@ -468,14 +472,30 @@ class Scheduler:
         if self.step_hook is not None:
             self.step_hook(event)
 
-    def _shutdown(self) -> None:
-        closed = EngineUnavailable("the local engine was closed")
+    def _shutdown(self, error: EngineError) -> None:
         for req in list(self._waiting):
-            self._finish(req, closed)
+            try:
+                self._finish(req, error)
+            except Exception:
+                self._waiting.remove(req)
+                _resolve(req.future, error)
         with self._cv:
             inbox, self._inbox = self._inbox, []
             calls, self._calls = self._calls, []
         for req in inbox:
-            req.future.set_exception(closed)
+            _resolve(req.future, error)
         for _, fut in calls:
-            fut.set_exception(closed)
+            _resolve(fut, error)
+
+
+def _resolve(fut: concurrent.futures.Future[Any], outcome: object) -> None:
+    """Set ``fut`` to ``outcome`` (an exception is raised by it) unless it is already done."""
+    if fut.done():
+        return
+    try:
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass
