@@ -1,0 +1,155 @@
+"""Running ``agentwarm serve``: build the engine, bind the socket, serve with uvicorn.
+
+The server binds its socket before uvicorn starts (``port=0`` picks a free port) and, once it
+accepts connections, calls ``on_ready(url)``; the CLI prints
+``agentwarm serve: listening on http://HOST:PORT`` then, which scripts and tests wait for.
+SIGINT/SIGTERM shut it down gracefully (in-flight requests get ``timeout_graceful_shutdown``
+seconds), and the engine is closed last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import uvicorn
+
+from agentwarm.engines.base import Engine
+from agentwarm.errors import ConfigError
+from agentwarm.server.app import ServerConfig, create_app
+
+__all__ = ("build_engine", "is_loopback", "run_server", "serve_engine")
+
+log = logging.getLogger(__name__)
+
+
+def build_engine(
+    kind: str = "local",
+    *,
+    model: str = "tiny",
+    chunk_size: int | None = None,
+    max_cached_tokens: int | None = None,
+    seconds_per_token: float | None = None,
+    seconds_per_output_token: float | None = None,
+) -> Engine:
+    """The engine ``agentwarm serve --engine KIND`` serves: ``local`` (the embedded torch engine
+    with ``model`` = a preset name or a checkpoint directory) or ``fake`` (the deterministic
+    :class:`~agentwarm.engines.fake.FakeEngine`, for tests). Call it inside the event loop."""
+    if kind == "fake":
+        from agentwarm.engines.fake import FakeEngine
+
+        fake_kwargs: dict[str, Any] = {
+            "seconds_per_token": seconds_per_token,
+            "seconds_per_output_token": seconds_per_output_token,
+            "chunk_size": chunk_size,
+            "max_cached_tokens": max_cached_tokens,
+            "model_name": f"fake-{model}",
+        }
+        return FakeEngine(**{k: v for k, v in fake_kwargs.items() if v is not None})
+    if kind == "local":
+        from agentwarm.engines.local import LocalEngine
+
+        local_kwargs: dict[str, Any] = {
+            "chunk_size": chunk_size,
+            "max_cached_tokens": max_cached_tokens,
+        }
+        return LocalEngine(model, **{k: v for k, v in local_kwargs.items() if v is not None})
+    raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot resolve host {host!r}: {exc}") from exc
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_engine(
+    engine_factory: Callable[[], Engine],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 30000,
+    config: ServerConfig | None = None,
+    log_level: str = "warning",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the engine ``engine_factory()`` builds (inside this loop) until SIGINT/SIGTERM."""
+    config = config or ServerConfig()
+    if not is_loopback(host) and not config.api_key:
+        log.warning("serving on %s without an API key: anyone who can reach it can use it", host)
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{bound}"
+    try:
+        engine = engine_factory()
+        app = create_app(engine, replace(config, host=host, port=bound))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                log_level=log_level,
+                access_log=log_level in ("debug", "trace"),
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+            )
+        )
+
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.02)
+            if on_ready is not None:
+                on_ready(url)
+
+        ready = asyncio.ensure_future(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            ready.cancel()
+    finally:
+        sock.close()
+
+
+def run_server(
+    engine_factory: Callable[[], Engine],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 30000,
+    config: ServerConfig | None = None,
+    log_level: str = "warning",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Blocking :func:`serve_engine` (its own event loop)."""
+    asyncio.run(
+        serve_engine(
+            engine_factory,
+            host=host,
+            port=port,
+            config=config,
+            log_level=log_level,
+            on_ready=on_ready,
+        )
+    )

@@ -1,0 +1,112 @@
+"""Request bodies of ``agentwarm serve``: the subset of SGLang's native API it honours.
+
+Field names and defaults follow SGLang 0.5.x (``GenerateReqInput``, ``SamplingParams``,
+``AbortReq``). Unknown fields are ignored, as SGLang ignores them, because sglang-router re-sends
+every request with its own defaults (``model``, ``log_metrics``, ``return_hidden_states``, ...).
+The fields below are type-checked strictly: a string where an int belongs is a 400, not a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
+
+__all__ = (
+    "AbortRequest",
+    "DetokenizeRequest",
+    "GenerateRequest",
+    "SamplingParams",
+    "TokenizeRequest",
+    "describe_validation_error",
+)
+
+
+class SamplingParams(BaseModel):
+    """``sampling_params``: ``max_new_tokens`` (0 = prefill only; default 128 as in SGLang, capped
+    by the server's limit), ``temperature`` (default 1.0 as in SGLang), ``sampling_seed``.
+
+    Other SGLang sampling options (``top_p``, ``top_k``, ``stop``, ``ignore_eos``, ...) are
+    accepted and ignored: the embedded engine samples with temperature only.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    max_new_tokens: StrictInt | None = Field(default=None, ge=0)
+    temperature: StrictFloat = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    sampling_seed: StrictInt | None = None
+    n: StrictInt = Field(default=1, ge=1, le=1)
+
+
+class GenerateRequest(BaseModel):
+    """``POST /generate``. Give exactly one of ``input_ids`` and ``text``; one prompt per request.
+
+    The namespace (cache isolation) is ``cache_salt`` and/or ``extra_key`` (equal values count
+    once). The session (routing key, ignored by a single engine) is the ``X-SMG-Routing-Key``
+    header, else ``routing_key``, else ``session_id``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str | list[str] | None = None
+    input_ids: list[StrictInt] | list[list[StrictInt]] | None = None
+    sampling_params: SamplingParams | None = None
+    rid: str | list[str] | None = None
+    stream: StrictBool = False
+    priority: StrictInt | None = None
+    cache_salt: str | None = None
+    extra_key: str | None = None
+    routing_key: str | None = None
+    session_id: str | None = None
+    log_metrics: StrictBool = True
+
+
+class AbortRequest(BaseModel):
+    """``POST /abort_request``: ``rid`` of a queued or running request, or ``abort_all``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rid: str = ""
+    abort_all: StrictBool = False
+
+
+class TokenizeRequest(BaseModel):
+    """``POST /tokenize`` (SGLang's OpenAI-style tokenizer endpoint)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str | list[str]
+    add_special_tokens: StrictBool = True
+
+
+class DetokenizeRequest(BaseModel):
+    """``POST /detokenize``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tokens: list[StrictInt] | list[list[StrictInt]]
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``sampling_params.max_new_tokens: Input should be a valid integer``."""
+    lines: list[str] = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
+        lines.append(f"{loc or 'body'}: {error['msg']}")
+    unique = list(dict.fromkeys(lines))
+    return "; ".join(unique[:8]) + (f" (+{len(unique) - 8} more)" if len(unique) > 8 else "")
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and ("[" in part or part in _UNION_TAGS)
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
