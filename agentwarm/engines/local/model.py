@@ -146,20 +146,31 @@ def _load_preset(
 def _load_dir(path: Path, *, device: str | torch.device, dtype: torch.dtype) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    where = repr(str(path))
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise EngineError(
-            f"model {str(path)!r} {what}; pass a preset ({', '.join(PRESETS)}) "
+            f"model {where} {what}; pass a preset ({', '.join(PRESETS)}) "
             "or a local checkpoint directory"
         )
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise EngineError(f"model directory {str(path)!r} has no config.json")
+        raise EngineError(f"model directory {where} has no config.json")
     try:
-        json.loads(config_file.read_text(encoding="utf-8"))
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EngineError(f"model directory {where}: malformed config.json: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise EngineError(f"model directory {where}: config.json is not a JSON object")
+    try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EngineError(f"model directory {str(path)!r}: cannot read config.json: {exc}") from exc
+    except Exception as exc:
+        kind = raw.get("model_type")
+        raise EngineError(
+            f"model directory {where}: unsupported architecture or bad config.json "
+            f"(model_type {kind!r}): {exc}"
+        ) from exc
+    _check_config(config, where)
     try:
         model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
             str(path),
@@ -169,24 +180,29 @@ def _load_dir(path: Path, *, device: str | torch.device, dtype: torch.dtype) -> 
             attn_implementation=ATTN_IMPLEMENTATION,
         )
     except ValueError as exc:
-        arch = getattr(config, "architectures", None) or getattr(config, "model_type", "?")
+        if "Unrecognized configuration class" not in str(exc):
+            raise EngineError(f"model directory {where}: cannot load weights: {exc}") from exc
         raise EngineError(
-            f"model directory {str(path)!r}: unsupported architecture {arch}: {exc}"
+            f"model directory {where}: unsupported architecture {_arch(config)} "
+            "(not a causal language model)"
         ) from exc
-    except (OSError, RuntimeError, KeyError, TypeError) as exc:
-        raise EngineError(f"model directory {str(path)!r}: cannot load weights: {exc}") from exc
+    except Exception as exc:
+        raise EngineError(f"model directory {where}: cannot load weights: {exc}") from exc
     torch.nn.Module.to(model, device)
     tokenizer: Tokenizer
     if _has_tokenizer(path):
         try:
             tokenizer = HFTokenizer.from_dir(path)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise EngineError(
-                f"model directory {str(path)!r}: cannot load tokenizer: {exc}"
-            ) from exc
+        except Exception as exc:
+            raise EngineError(f"model directory {where}: cannot load tokenizer: {exc}") from exc
     else:
         tokenizer = ByteTokenizer()
-    return _finish(model, tokenizer, name=path.name or str(path), where=repr(str(path)))
+    return _finish(model, tokenizer, name=path.name or str(path), where=where)
+
+
+def _arch(config: PretrainedConfig) -> str:
+    names = getattr(config, "architectures", None)
+    return ", ".join(names) if names else repr(getattr(config, "model_type", "?"))
 
 
 def _has_tokenizer(path: Path) -> bool:
@@ -221,27 +237,34 @@ def _finish(model: PreTrainedModel, tokenizer: Tokenizer, *, name: str, where: s
     )
 
 
-def _check_supported(model: PreTrainedModel, where: str) -> None:
-    config = model.config
-    arch = type(model).__name__
+def _check_config(config: PretrainedConfig, where: str) -> None:
+    """Reject, before loading weights, configs whose KV cannot be prefix-cached."""
     if getattr(config, "is_encoder_decoder", False):
-        raise EngineError(f"model {where}: unsupported architecture {arch} (encoder-decoder)")
-    params = inspect.signature(model.forward).parameters
-    missing = [p for p in ("cache", "position_ids", "logits_to_keep") if p not in params]
-    if missing:
         raise EngineError(
-            f"model {where}: unsupported architecture {arch} (forward() lacks {', '.join(missing)})"
+            f"model {where}: unsupported architecture {_arch(config)} (encoder-decoder)"
         )
     text_config = config.get_text_config(decoder=True)
     layer_types = getattr(text_config, "layer_types", None)
     if layer_types is not None and any(t != "full_attention" for t in layer_types):
         kinds = sorted(set(layer_types))
         raise EngineError(
-            f"model {where}: unsupported architecture {arch} (layer types {kinds}; "
+            f"model {where}: unsupported architecture {_arch(config)} (layer types {kinds}; "
             "only full-attention layers can be prefix-cached)"
         )
-    if layer_types is None and getattr(text_config, "sliding_window", None):
+    window = getattr(text_config, "sliding_window", None)
+    if layer_types is None and window and getattr(text_config, "use_sliding_window", True):
         raise EngineError(
-            f"model {where}: unsupported architecture {arch} (sliding-window attention "
+            f"model {where}: unsupported architecture {_arch(config)} (sliding-window attention "
             "cannot be prefix-cached)"
+        )
+
+
+def _check_supported(model: PreTrainedModel, where: str) -> None:
+    _check_config(model.config, where)
+    params = inspect.signature(model.forward).parameters
+    missing = [p for p in ("cache", "position_ids", "logits_to_keep") if p not in params]
+    if missing:
+        raise EngineError(
+            f"model {where}: unsupported architecture {type(model).__name__} "
+            f"(forward() lacks {', '.join(missing)})"
         )

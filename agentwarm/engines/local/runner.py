@@ -187,6 +187,34 @@ class SequenceState:
         with torch.inference_mode():
             return slice_kv(self._buf, start, stop, copy=True)
 
+    def append_kv(self, kv: KV) -> None:
+        """Append the KV of the tokens at positions ``[length, length + kv_len(kv))``.
+
+        ``kv`` must have been computed at exactly those positions (e.g. cached nodes that
+        continue the prefix this state holds); it is copied into the buffer.
+        """
+        buf = self._buf
+        if (
+            kv.dim() != 5
+            or kv.shape[:SEQ_DIM] != buf.shape[:SEQ_DIM]
+            or kv.shape[-1] != buf.shape[-1]
+            or kv.dtype != buf.dtype
+            or kv.device != buf.device
+        ):
+            raise ValueError(
+                f"KV of shape {tuple(kv.shape)} {kv.dtype} on {kv.device} does not fit a state "
+                f"of shape {tuple(buf.shape)} {buf.dtype} on {buf.device}"
+            )
+        n = kv_len(kv)
+        if self._length + n > self._max_context:
+            raise InvalidRequest(
+                f"sequence of {self._length + n} tokens exceeds the context of {self._max_context}"
+            )
+        self.reserve(self._length + n)
+        with torch.inference_mode():
+            self._buf.narrow(SEQ_DIM, self._length, n).copy_(kv)
+        self._length += n
+
     def truncate(self, length: int) -> None:
         """Forget the KV of tokens from ``length`` on (capacity is kept)."""
         if not 0 <= length <= self._length:

@@ -1,0 +1,237 @@
+"""Loading presets and checkpoint directories; the built-in and HF tokenizers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentwarm.engines.local.model import PRESETS, LoadedModel, load_model, preset_config
+from agentwarm.engines.local.runner import ModelRunner
+from agentwarm.engines.local.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from agentwarm.errors import EngineError
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    return load_model("tiny")
+
+
+def logits_of(loaded: LoadedModel, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return loaded.model(input_ids=torch.tensor([ids])).logits[0]
+
+
+def test_tiny_preset(tiny: LoadedModel) -> None:
+    params = sum(p.numel() for p in tiny.model.parameters())
+    assert 1_000_000 < params < 10_000_000
+    assert tiny.name == "tiny"
+    assert isinstance(tiny.tokenizer, ByteTokenizer)
+    assert tiny.config.vocab_size >= 259
+    assert tiny.max_context >= 8192
+    assert tiny.eos_token_id == ByteTokenizer.EOS
+    assert not tiny.model.training
+    assert all(not p.requires_grad for p in tiny.model.parameters())
+    assert tiny.model.config._attn_implementation == "sdpa"
+    assert tiny.dtype == torch.float32 and tiny.device == torch.device("cpu")
+
+
+def test_presets_are_seeded(tiny: LoadedModel) -> None:
+    again = load_model("tiny", seed=0)
+    other = load_model("tiny", seed=1)
+    ids = list(b"hello world")
+    assert torch.equal(logits_of(tiny, ids), logits_of(again, ids))
+    assert not torch.equal(logits_of(tiny, ids), logits_of(other, ids))
+
+
+def test_preset_loading_leaves_global_rng_alone() -> None:
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    load_model("tiny", seed=7)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_small_preset_is_smollm_135m_shaped() -> None:
+    config = preset_config("small")
+    assert config.model_type == "llama"
+    assert (config.hidden_size, config.num_hidden_layers) == (576, 30)
+    assert (config.num_attention_heads, config.num_key_value_heads) == (9, 3)
+    assert (config.intermediate_size, config.vocab_size) == (1536, 49152)
+    assert config.max_position_embeddings == 8192
+    assert config.rope_parameters["rope_theta"] == 10000.0
+    small = load_model("small")
+    params = sum(p.numel() for p in small.model.parameters())
+    assert 134_000_000 < params < 135_000_000
+    assert small.model.config.architectures in (None, ["LlamaForCausalLM"])
+    assert type(small.model).__name__ == "LlamaForCausalLM"
+    assert set(PRESETS) == {"tiny", "small"}
+
+
+def test_unknown_preset_name() -> None:
+    with pytest.raises(EngineError, match="unknown model preset 'huge'"):
+        preset_config("huge")
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    path = tmp_path / "nope"
+    with pytest.raises(EngineError, match="does not exist") as info:
+        load_model(str(path))
+    assert str(path) in str(info.value)
+    with pytest.raises(EngineError, match="does not exist"):
+        load_model("huge")
+
+
+def test_file_instead_of_directory(tmp_path: Path) -> None:
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"x")
+    with pytest.raises(EngineError, match="not a directory") as info:
+        load_model(path)
+    assert str(path) in str(info.value)
+
+
+def test_directory_without_config(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match=r"no config\.json") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_broken_config_json(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llama", ')
+    with pytest.raises(EngineError, match=r"malformed config\.json") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+
+
+def test_config_json_not_an_object(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(EngineError, match="not a JSON object") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_unknown_model_type(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-model"}))
+    with pytest.raises(EngineError, match="unsupported architecture") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+    assert "no-such-model" in str(info.value)
+    assert info.value.__cause__ is not None
+
+
+def test_non_causal_architecture(tmp_path: Path) -> None:
+    from transformers import T5Config, ViTConfig
+
+    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
+    with pytest.raises(EngineError, match="unsupported architecture") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+    assert info.value.__cause__ is not None
+
+    t5 = tmp_path / "t5"
+    T5Config(d_model=32, num_layers=1, num_heads=2).save_pretrained(t5)
+    with pytest.raises(EngineError, match=r"unsupported architecture.*encoder-decoder"):
+        load_model(t5)
+
+
+def test_sliding_window_architecture(tmp_path: Path) -> None:
+    from transformers import MistralConfig
+
+    MistralConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=300,
+        sliding_window=16,
+    ).save_pretrained(tmp_path)
+    with pytest.raises(EngineError, match="sliding") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_corrupt_weights(tmp_path: Path, tiny: LoadedModel) -> None:
+    tiny.config.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(EngineError, match="cannot load weights") as info:
+        load_model(tmp_path)
+    assert str(tmp_path) in str(info.value)
+    assert info.value.__cause__ is not None
+
+
+def test_vocab_too_small_for_byte_tokenizer(tmp_path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        vocab_size=100,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(EngineError, match="too small for the built-in byte tokenizer"):
+        load_model(tmp_path)
+
+
+def test_save_pretrained_roundtrip(tmp_path: Path, tiny: LoadedModel) -> None:
+    tiny.model.save_pretrained(tmp_path)
+    loaded = load_model(tmp_path)
+    assert loaded.name == tmp_path.name
+    assert isinstance(loaded.tokenizer, ByteTokenizer)
+    assert loaded.max_context == tiny.max_context
+    assert loaded.eos_token_id == ByteTokenizer.EOS
+    assert not loaded.model.training
+    ids = list(b"The KV of a prefix is reusable.")
+    assert torch.equal(logits_of(loaded, ids), logits_of(tiny, ids))
+    a, b = ModelRunner(loaded), ModelRunner(tiny)
+    sa, sb = a.new_state(), b.new_state()
+    assert torch.equal(a.extend(sa, ids), b.extend(sb, ids))
+
+
+def test_checkpoint_with_hf_tokenizer(tmp_path: Path, tiny: LoadedModel) -> None:
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<s>", "</s>", "hello", "world", "agent", "cache"]
+    raw = RawTokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    raw.pre_tokenizer = Whitespace()
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tiny.model.save_pretrained(tmp_path)
+    hf.save_pretrained(tmp_path)
+
+    loaded = load_model(tmp_path)
+    tok = loaded.tokenizer
+    assert isinstance(tok, HFTokenizer)
+    assert isinstance(tok, Tokenizer)
+    assert tok.vocab_size == len(words)
+    assert loaded.eos_token_id == 2
+    assert tok.encode("hello world") == [3, 4]
+    assert tok.encode("hello") + tok.encode("cache") == tok.encode("hello cache")
+    assert tok.decode([3, 2, 4]) == "hello world"
+    assert tok.decode([5, 1000, -3]) == "agent"
+
+
+def test_byte_tokenizer() -> None:
+    tok = ByteTokenizer()
+    assert isinstance(tok, Tokenizer)
+    text = "héllo, wörld — 你好 🙂"
+    ids = tok.encode(text)
+    assert ids == list(text.encode("utf-8"))
+    assert all(0 <= i < 256 for i in ids)
+    assert tok.decode(ids) == text
+    assert tok.encode("") == []
+    assert tok.encode("ab") + tok.encode("c") == tok.encode("abc")
+    assert tok.vocab_size == 259
+    assert len({tok.bos_token_id, tok.eos_token_id, tok.pad_token_id}) == 3
+    assert tok.decode([tok.bos_token_id, *tok.encode("hi"), tok.eos_token_id, 9999, -1]) == "hi"
+    assert tok.decode([0xE4, 0xBD]) == "\ufffd"
+    assert tok.decode([*b"a", 0xFF]) == "a\ufffd"
