@@ -34,7 +34,7 @@ Rules callers keep
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -371,6 +371,16 @@ class ModelRunner:
                 pos += n
         return SequenceState(buf, length, self.max_context)
 
+    @overload
+    def extend(
+        self, state: SequenceState, ids: Sequence[int], *, want_logits: Literal[True] = ...
+    ) -> torch.Tensor: ...
+
+    @overload
+    def extend(
+        self, state: SequenceState, ids: Sequence[int], *, want_logits: bool
+    ) -> torch.Tensor | None: ...
+
     def extend(
         self, state: SequenceState, ids: Sequence[int], *, want_logits: bool = True
     ) -> torch.Tensor | None:
@@ -425,9 +435,7 @@ class ModelRunner:
 
     def decode_step(self, state: SequenceState, token_id: int) -> torch.Tensor:
         """Append one token and return the next-token logits (``[vocab]``, float32)."""
-        logits = self.extend(state, (token_id,))
-        assert logits is not None
-        return logits
+        return self.extend(state, (token_id,))
 
     def prefill(
         self, state: SequenceState, ids: Sequence[int], *, chunk_size: int = 256
