@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 
-__all__ = ("make_engine",)
+__all__ = ("open_engine",)
 
 
-def make_engine(spec: str, model: str, *, chunk_size: int | None = None) -> Engine:
+async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -> Engine:
     """``local`` (embedded torch engine), ``fake`` (deterministic cost model, no model) or one
-    or more comma-separated ``http(s)://`` URLs of SGLang servers / ``agentwarm serve``."""
+    or more comma-separated ``http(s)://`` URLs of SGLang servers / ``agentwarm serve``.
+
+    A URL is probed (``/health``, ``/model_info``) here, so an unreachable server is reported
+    before any run starts."""
     if spec == "local":
         from agentwarm.engines.local import LocalEngine
 
@@ -25,12 +30,14 @@ def make_engine(spec: str, model: str, *, chunk_size: int | None = None) -> Engi
     if urls and all(u.startswith(("http://", "https://")) for u in urls):
         from agentwarm.engines import sglang
 
-        tokenizer = None if model == "tiny" else model
+        # A local checkpoint dir gives the tokenizer; with a preset name the client asks the
+        # server (/model_info's tokenizer_path, else /tokenize).
+        tokenizer = model if Path(model).is_dir() else None
         if len(urls) == 1:
-            return sglang.SGLangEngine(urls[0], tokenizer=tokenizer)
+            return await sglang.SGLangEngine.from_url(urls[0], tokenizer=tokenizer)
         from agentwarm.engines.routing import MultiWorkerEngine
 
-        return MultiWorkerEngine(urls, tokenizer=tokenizer)
+        return await MultiWorkerEngine.from_urls(urls, tokenizer=tokenizer)
     raise ConfigError(
         f"--engine {spec!r} is not valid: use 'local', 'fake', or the URL of an SGLang server "
         "(http://HOST:PORT, several separated by commas)"

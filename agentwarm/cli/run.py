@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from agentwarm import telemetry as tm
-from agentwarm.cli._engines import make_engine
+from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
 from agentwarm.errors import ConfigError
 from agentwarm.graphs import Workflow, load_workflow
@@ -124,7 +124,7 @@ async def _run_all(
     state_dir: Path,
     progress: Progress | None,
 ) -> list[RunResult]:
-    engine = make_engine(engine_spec, model)
+    engine = await open_engine(engine_spec, model)
     results: list[RunResult] = []
     async with engine:
         task = progress.add_task("runs", total=len(inputs)) if progress else None

@@ -139,9 +139,8 @@ class Prefetcher:
                     break
                 spent += len(ids)
                 self._start(scope, name, p, rank, ids)
-        except Exception:
-            self.failures += 1
-            log.exception("prefetch: choosing candidates for step %r failed", scope.spec.name)
+        except Exception as exc:
+            self._swallow(exc, "choosing prefetch candidates in step %r", scope.spec.name)
 
     def refresh(self, scope: StepScope, output_text: str = "") -> None:
         """After an LLM call of the step: extend the candidates' prefixes with the new transcript.
@@ -170,9 +169,19 @@ class Prefetcher:
                     if pf.running:
                         self._spawn(self.engine.abort(pf.rid))
                     self._submit(pf, ids, Priority.SPECULATIVE)
-        except Exception:
-            self.failures += 1
-            log.exception("prefetch: refreshing prefixes in step %r failed", scope.spec.name)
+        except Exception as exc:
+            self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
+
+    def _swallow(self, exc: Exception, what: str, *args: object) -> None:
+        """Speculation never breaks a workflow: log (traceback at DEBUG) and count."""
+        self.failures += 1
+        log.warning(
+            what + " failed (%s: %s); the workflow continues without it",
+            *args,
+            type(exc).__name__,
+            exc,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
 
     def _hinted(self, scope: StepScope, text: str) -> str | None:
         if not self.policy.use_output_hints or not text:
@@ -315,9 +324,8 @@ class Prefetcher:
                 would = {n for n, prob in scope.predictions if n != END and prob >= p.min_p}
                 top = [n for n, prob in scope.predictions if n in would][: p.top_n]
                 self.guardrail.observe(any(a in top for a in real))
-        except Exception:
-            self.failures += 1
-            log.exception("predictor/guardrail update after step %r failed", scope.spec.name)
+        except Exception as exc:
+            self._swallow(exc, "updating the predictor after step %r", scope.spec.name)
 
     def _end_span_cb(self, pf: _Prefetch, _task: object) -> None:
         self._end_span(pf)
@@ -361,9 +369,8 @@ class Prefetcher:
             self._confirmed[target] = pf
             assert pf.task is not None
             pf.task.add_done_callback(functools.partial(self._finish_confirmed, pf))
-        except Exception:
-            self.failures += 1
-            log.exception("warming the prefix of %r failed", target)
+        except Exception as exc:
+            self._swallow(exc, "warming the prefix of %r", target)
 
     def _finish_confirmed(self, pf: _Prefetch, _task: object = None) -> None:
         pf.record.outcome = Outcome.FAILED if pf.failed else Outcome.HIT

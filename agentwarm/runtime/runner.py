@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from agentwarm import telemetry as tm
 from agentwarm.engines.base import Engine, new_rid
-from agentwarm.errors import MaxStepsExceeded, NodeError, WorkflowError
+from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, WorkflowError
 from agentwarm.graphs._node import END, START
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
@@ -201,7 +201,8 @@ class Run:
             try:
                 raw = spec.fn(ctx)
                 result = await raw if inspect.isawaitable(raw) else raw
-            except WorkflowError:
+            except (WorkflowError, EngineError):
+                # Engine failures of live requests keep their type (EngineUnavailable, ...).
                 raise
             except Exception as exc:
                 span.record_exception(exc)

@@ -229,3 +229,18 @@ async def test_run_sync_inside_loop_is_a_clear_error():
     wf = make_branching(think_s=0.0)
     with pytest.raises(WorkflowError, match="inside a running event loop"):
         wf.run_sync("x", engine=FakeEngine(), state={"seed": 3})
+
+
+class DownForLive(FakeEngine):
+    async def generate(self, ids, **kw):
+        from agentwarm.errors import EngineUnavailable
+
+        raise EngineUnavailable("http://127.0.0.1:9: connection refused")
+
+
+async def test_live_engine_failure_keeps_its_type():
+    from agentwarm.errors import EngineUnavailable
+
+    wf = make_branching(think_s=0.0)
+    with pytest.raises(EngineUnavailable, match="connection refused"):
+        await wf.run("x", engine=DownForLive(), state={"seed": 1})

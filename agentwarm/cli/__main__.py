@@ -1,0 +1,5 @@
+"""``python -m agentwarm.cli`` is ``agentwarm``."""
+
+from agentwarm.cli import main
+
+main()

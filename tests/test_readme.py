@@ -1,0 +1,25 @@
+"""The README's Quickstart commands are what CI and users run: keep them in sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ci_command() -> str:
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return next(line for line in lines if line.startswith("python3 -m venv"))
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert _ci_command() in readme.splitlines()
+
+
+def test_readme_main_command_runs_the_support_bot_example():
+    readme = (ROOT / "README.md").read_text()
+    main = [line for line in readme.splitlines() if "agentwarm run examples/support_bot.py" in line]
+    assert main and main[0].startswith("python3 -m venv .venv && ")
+    assert "pip install torch==2.13.0" in main[0]
+    assert (ROOT / "examples" / "support_bot.py").exists()
