@@ -399,14 +399,13 @@ class ModelRunner:
             raise InvalidRequest(
                 f"sequence of {start + n} tokens exceeds the model context of {self.max_context}"
             )
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= self.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise InvalidRequest(f"token id {bad} outside vocabulary of {self.vocab_size}")
         try:
             with torch.inference_mode():
                 input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-                lo, hi = int(input_ids.min()), int(input_ids.max())
-                if lo < 0 or hi >= self.vocab_size:
-                    raise InvalidRequest(
-                        f"token id {lo if lo < 0 else hi} outside vocabulary of {self.vocab_size}"
-                    )
                 position_ids = torch.arange(start, start + n, device=self.device).unsqueeze(0)
                 state.reserve(start + n)
                 if want_logits:
@@ -426,8 +425,6 @@ class ModelRunner:
                         use_cache=True,
                     )
                     logits = None
-        except InvalidRequest:
-            raise
         except (RuntimeError, ValueError, IndexError) as exc:
             raise EngineError(f"model forward failed at position {start} (+{n}): {exc}") from exc
         state._advance(n)
