@@ -7,8 +7,9 @@ dim 1 is K, index 1 is V) in the model's dtype and device, holding the K/V of ``
 tokens (after rotary embedding, so a KV is only valid at the positions it was computed at: a
 prefix's KV must be placed at the start of a sequence). Helpers: :func:`kv_len`,
 :func:`slice_kv` (a view unless ``copy=True``), :func:`concat_kv`, :func:`kv_nbytes`,
-:func:`empty_kv`. A view shares storage with its base, so whoever stores KV long-term (the radix
-cache) should store copies or views whose base it also owns, or evicting one piece frees nothing.
+:func:`empty_kv`, and :data:`KV_OPS` (the radix cache's payload operations). A view shares
+storage with its base, so whoever stores KV long-term (the radix cache) should store copies, or
+evicting one piece frees nothing; ``KV_OPS.slice`` and :meth:`SequenceState.kv` return copies.
 
 Per-request state
 -----------------
@@ -17,7 +18,10 @@ buffer. Build it once with :meth:`ModelRunner.new_state` from the matched cached
 KV pieces, copied once into the buffer), then call :meth:`ModelRunner.extend` for each prefill
 chunk and for each decoded token; the buffer grows by doubling, so a chunk never re-copies the
 whole past. :meth:`SequenceState.kv` copies out the KV of a token range for insertion into the
-radix cache.
+radix cache; :meth:`SequenceState.append_kv` appends cached KV that continues the state's tokens
+(e.g. chunks another request computed meanwhile); :meth:`SequenceState.truncate` drops a tail.
+:func:`sample` picks the next token (greedy, or temperature with a seeded generator from
+:func:`make_generator`).
 
 Rules callers keep
 ------------------
