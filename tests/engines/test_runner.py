@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import statistics
-import time
 from collections.abc import Sequence
 
 import pytest
@@ -329,36 +327,3 @@ def test_same_seed_same_sampled_generation(runner: ModelRunner) -> None:
         return out
 
     assert run(5) == run(5)
-
-
-@pytest.mark.slow
-def test_report_prefill_throughput_small() -> None:
-    """Report (not assert) chunked-prefill tokens/s vs a plain forward, `small` at 2048 tokens."""
-    r = ModelRunner(load_model("small"))
-    rng = random.Random(0)
-    ids = random_ids(rng, 2048, 259)
-    input_ids = torch.tensor([ids])
-    results: dict[str, list[float]] = {"plain model(ids)": [], "runner.prefill(256)": []}
-    last: dict[str, torch.Tensor] = {}
-
-    def plain() -> None:
-        with torch.inference_mode():
-            last["plain"] = r.model(input_ids=input_ids).logits[0, -1].float()
-
-    def chunked() -> None:
-        state = r.new_state(reserve=len(ids))
-        last["chunked"] = r.prefill(state, ids, chunk_size=256)
-
-    for _ in range(3):
-        for name, fn in zip(results, (plain, chunked), strict=True):
-            t0 = time.perf_counter()
-            fn()
-            results[name].append(time.perf_counter() - t0)
-    torch.testing.assert_close(last["chunked"], last["plain"], atol=ATOL, rtol=0)
-    for name, times in results.items():
-        print(
-            f"{name}: median {len(ids) / statistics.median(times):.0f} tok/s, "
-            f"best {len(ids) / min(times):.0f} tok/s"
-        )
-    ratio = min(results["plain model(ids)"]) / min(results["runner.prefill(256)"])
-    print(f"chunked/plain throughput (best of 3): {ratio:.2f}x")
