@@ -9,7 +9,8 @@ Rules callers keep:
 
 * One owner. The tree is not thread-safe; the engine that owns it mutates it from one thread.
 * Node handles (:class:`RadixNode`) stay valid across splits: a split inserts a new parent above
-  the node, which keeps its identity, children, locks and pins.
+  the node, which keeps its identity, children, locks and pins. An evicted or flushed node is
+  detached and loses its payload and pins (a stale handle keeps no memory alive).
 * ``match_prefix`` and ``insert`` split a node when the match ends inside it, so the returned
   node always covers exactly the matched ids and ``values`` are whole node payloads.
 * ``lock(node)`` protects the path root→node until the matching ``unlock(node)``; locked nodes
@@ -344,7 +345,12 @@ class RadixCache(Generic[V]):
     def _drop_unlocked(self, node: RadixNode[V]) -> int:
         if node.lock_ref > 0:
             return sum(self._drop_unlocked(c) for c in list(node.children.values()))
-        dropped = sum(len(n.key) for n in _subtree(node))
+        dropped = 0
+        for sub in _subtree(node):
+            dropped += len(sub.key)
+            sub.value = None
+            sub.pin_count = 0
+            sub.pin_until = 0.0
         parent = node.parent
         assert parent is not None
         del parent.children[node.key[0]]
@@ -365,6 +371,7 @@ class RadixCache(Generic[V]):
         assert parent is not None and not node.children
         del parent.children[node.key[0]]
         node.parent = None
+        node.value = None
         node.pin_count = 0
         node.pin_until = 0.0
         self.total_tokens -= len(node.key)

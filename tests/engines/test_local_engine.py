@@ -324,6 +324,15 @@ async def test_speculative_prefill_pins_until_aborted() -> None:
         await settle(engine)
 
 
+async def test_expired_pins_are_forgotten() -> None:
+    rng = random.Random(33)
+    async with make_engine(pin_ttl_s=1e-9) as engine:
+        for _ in range(5):
+            assert (await engine.prefill(prompt(rng, 20))).done
+        assert len(engine.scheduler._pins) <= 1
+        await settle(engine)
+
+
 # -------------------------------------------------------- namespaces and budget
 
 

@@ -206,6 +206,16 @@ def test_unpin_is_counted_and_safe_after_eviction() -> None:
     cache.evict(10)
     cache.unpin(node)
     assert not cache.is_attached(node)
+    assert node.value is None  # a stale handle keeps no payload alive
+
+
+def test_reset_drops_payloads_of_the_whole_subtree() -> None:
+    cache, _ = make()
+    top = cache.insert("", [1, 2], (1, 2)).node
+    leaf = cache.insert("", [1, 2, 3], (3,), value_offset=2).node
+    cache.reset()
+    assert top.value is None and leaf.value is None
+    assert not cache.is_attached(top) and not cache.is_attached(leaf)
 
 
 # ------------------------------------------------------------- stateful test

@@ -50,7 +50,6 @@ __all__ = ("Request", "RequestKind", "Scheduler", "StepEvent")
 
 T = TypeVar("T")
 _MAX_EVENTS = 4096
-_PIN_PURGE_AT = 1024
 
 
 class RequestKind(Enum):
@@ -447,6 +446,7 @@ class Scheduler:
         _resolve(req.future, result)
 
     def _pin(self, rid: str, node: RadixNode[KV]) -> None:
+        """Pin ``node`` for ``rid``; forget pins that expired (oldest first, same TTL for all)."""
         if self.pin_ttl_s <= 0:
             return
         self.cache.pin(node, self.pin_ttl_s)
@@ -454,10 +454,11 @@ class Scheduler:
         if old is not None:
             self.cache.unpin(old)
         self._pins[rid] = node
-        if len(self._pins) > _PIN_PURGE_AT:
-            for key, pinned in list(self._pins.items()):
-                if not self.cache.is_pinned(pinned):
-                    del self._pins[key]
+        while self._pins:
+            oldest = next(iter(self._pins))
+            if self.cache.is_pinned(self._pins[oldest]):
+                break
+            del self._pins[oldest]
 
     def flush(self) -> int:
         """Drop every unlocked node and pin, zero the counters (worker thread)."""
