@@ -14,7 +14,7 @@ __all__ = ("register", "serve")
 
 def serve(
     model: str = typer.Option(
-        "tiny", "--model", help="Preset name (tiny, smollm-135m) or a local checkpoint directory."
+        "tiny", "--model", help="Preset name (tiny, small) or a local checkpoint directory."
     ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind; anything but loopback wants --api-key."
