@@ -1,8 +1,10 @@
-"""Online next-step prediction quality: the default predictor against a first-order baseline.
+"""Online next-step prediction quality: the default predictor against the old default (the
+plain Markov model) and a first-order baseline, on real and generated agent traces.
 
 Usage::
 
-    python -m benchmarks.predictor_eval [--data FILE] [--seed N] [--runs N] [--json OUT]
+    python -m benchmarks.predictor_eval [--data FILE ...] [--shuffle SEED] [--seed N]
+                                        [--runs N] [--timing] [--json OUT]
 
 Protocol (online, as the runtime learns): trajectories are replayed in order; for each step
 after the first, and for the end of the run (target ``END``), the predictor is asked for the
@@ -10,14 +12,23 @@ next node given the path so far, scored, and only then told the truth. Candidate
 vocabulary plus ``END`` (an agent node that may call any tool). Scores: top-1 and top-3
 accuracy and mean log-loss (nats) of the true next node.
 
-Workloads: the packaged tau2-bench retail step sequences (or ``--data``), and synthetic
-sources with known structure, where the true distribution gives an oracle row:
+Workloads:
 
-* ``synthetic-2nd-order``: the next node depends on the last two nodes (first order cannot see
-  it);
-* ``synthetic-drift``: a second-order source whose table changes halfway through;
-* ``synthetic-1st-order``: a first-order source, the baseline's home ground (the cost of the
-  extra orders).
+* ``tau2-retail``: the packaged tau2-bench retail step sequences (or the ``--data`` files,
+  JSON lines of ``{"steps": [...]}``; ``--shuffle`` replays them in a seeded random order, to
+  tell learning from the file's ordering of similar tasks).
+* Generated agent traces (:func:`agent_workloads`), each from the documented generative
+  process of its function, with hidden per-run variables: ``coding-agent``
+  (:func:`coding_agent`), ``react-web`` (:func:`react_web`), ``supervisor-team``
+  (:func:`supervisor_team`). Their oracle row predicts with the generator's own distribution,
+  which knows the hidden variables: an upper bound no learner reaches.
+* Synthetic Markov sources with known structure (:func:`synthetic_workloads`):
+  ``synthetic-2nd-order`` (the next node depends on the last two nodes; first order cannot see
+  it), ``synthetic-drift`` (a second-order source whose table changes halfway through) and
+  ``synthetic-1st-order`` (the baseline's home ground: the cost of the extra orders and experts).
+
+``--timing`` also prints the mean microseconds per ``predict`` (and per ``observe``) of each
+predictor with 15 and 50 candidates, after learning a 6,000-step second-order source.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import json
 import math
 import random
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -43,13 +55,20 @@ from agentwarm.predictors import (
 __all__ = (
     "PREDICTORS",
     "Score",
+    "Timing",
     "Workload",
+    "agent_workloads",
+    "coding_agent",
     "evaluate",
     "main",
     "markov_source",
     "oracle_score",
+    "react_web",
+    "run_all",
+    "supervisor_team",
     "synthetic_workloads",
     "tau2_workload",
+    "time_predictors",
 )
 
 Distribution = dict[str, float]
@@ -76,12 +95,13 @@ class Workload:
     trajectories: list[list[str]]
     candidates: list[str]
     truth: list[list[Distribution]] | None = field(default=None)
+    oracle: str = "oracle (true source)"
 
 
 #: The predictors compared, by report name.
 PREDICTORS: dict[str, Callable[[], Predictor]] = {
-    "markov (default)": default_predictor,
-    "markov order 1": lambda: MarkovPredictor(max_order=1),
+    "default": default_predictor,
+    "markov (old default)": MarkovPredictor,
     "first-order baseline": FirstOrderPredictor,
 }
 
@@ -123,7 +143,7 @@ def oracle_score(workload: Workload) -> Score | None:
             top1 += order[0] == target
             top3 += target in order[:3]
             loss -= math.log(max(dist.get(target, 0.0), 1e-12))
-    return _score("oracle (true source)", workload.name, n, top1, top3, loss)
+    return _score(workload.oracle, workload.name, n, top1, top3, loss)
 
 
 def _score(name: str, workload: str, n: int, top1: int, top3: int, loss: float) -> Score:
@@ -131,12 +151,162 @@ def _score(name: str, workload: str, n: int, top1: int, top3: int, loss: float) 
     return Score(name, workload, n, top1 / d, top3 / d, loss / d)
 
 
-def tau2_workload(path: str | None = None) -> Workload:
-    """The tau2 retail step sequences (or another ``{"steps": [...]}`` JSON-lines file)."""
+def tau2_workload(path: str | None = None, *, shuffle: int | None = None) -> Workload:
+    """The tau2 retail step sequences (or another ``{"steps": [...]}`` JSON-lines file),
+    in file order or, with ``shuffle``, in the order of that random seed."""
     trajectories = load_trajectories(path)
+    if shuffle is not None:
+        random.Random(shuffle).shuffle(trajectories)
     vocab = sorted({s for steps in trajectories for s in steps})
     name = "tau2-retail" if path is None else f"data:{path}"
+    if shuffle is not None:
+        name += f" (shuffled {shuffle})"
     return Workload(name, trajectories, [*vocab, END])
+
+
+# --- generated agent traces ---------------------------------------------------------------
+
+
+class _Trace:
+    """One generated run: samples each next step from a distribution and records it."""
+
+    def __init__(self, rng: random.Random, first: str) -> None:
+        self.rng = rng
+        self.steps = [first]
+        self.truth: list[Distribution] = []
+
+    def step(self, dist: Distribution) -> str:
+        nxt = self.rng.choices(list(dist), weights=list(dist.values()))[0]
+        self.truth.append(dict(dist))
+        if nxt != END:
+            self.steps.append(nxt)
+        return nxt
+
+
+def _collect(
+    name: str, runs: int, seed: int, nodes: list[str], one: Callable[[random.Random], _Trace]
+) -> Workload:
+    rng = random.Random(seed)
+    traces = [one(rng) for _ in range(runs)]
+    return Workload(
+        name,
+        [t.steps for t in traces],
+        [*nodes, END],
+        [t.truth for t in traces],
+        oracle="oracle (knows hidden state)",
+    )
+
+
+def coding_agent(runs: int = 400, seed: int = 0, name: str = "coding-agent") -> Workload:
+    """A coding agent's loop (SWE-style), with a hidden difficulty per run.
+
+    Difficulty is easy, medium or hard with probability 0.4, 0.4, 0.2. The run starts with
+    ``plan``, then does 1, 2 or 3 rounds (by difficulty) of ``search`` followed by ``k``
+    ``read`` steps (``k`` uniform in {1, 2} when easy, {2, 3} otherwise), then ``edit`` and
+    ``run_tests``. A test run fails with probability ``f * 0.7**t`` (``f`` = 0.15, 0.45, 0.75
+    by difficulty, ``t`` = failures so far; never after four). After a failure the agent reads
+    then edits (0.4) or edits (0.6), and runs the tests again; after a pass it runs ``lint``
+    then ``submit`` (0.5) or submits directly, and the run ends.
+    """
+
+    def one(rng: random.Random) -> _Trace:
+        run = _Trace(rng, "plan")
+        difficulty = rng.choices([0, 1, 2], weights=[0.4, 0.4, 0.2])[0]
+        for _ in range(difficulty + 1):
+            run.step({"search": 1.0})
+            for _ in range(rng.choice([1, 2] if difficulty == 0 else [2, 3])):
+                run.step({"read": 1.0})
+        run.step({"edit": 1.0})
+        run.step({"run_tests": 1.0})
+        failures = 0
+        while True:
+            fail = (0.15, 0.45, 0.75)[difficulty] * 0.7**failures if failures < 4 else 0.0
+            passed = (1.0 - fail) / 2
+            outcome = run.step(
+                {"read": 0.4 * fail, "edit": 0.6 * fail, "lint": passed, "submit": passed}
+            )
+            if outcome in ("read", "edit"):
+                if outcome == "read":
+                    run.step({"edit": 1.0})
+                run.step({"run_tests": 1.0})
+                failures += 1
+                continue
+            if outcome == "lint":
+                run.step({"submit": 1.0})
+            run.step({END: 1.0})
+            return run
+
+    nodes = ["plan", "search", "read", "edit", "run_tests", "lint", "submit"]
+    return _collect(name, runs, seed, nodes, one)
+
+
+def react_web(runs: int = 400, seed: int = 0, name: str = "react-web") -> Workload:
+    """A ReAct web-research agent that searches and opens pages until it can answer.
+
+    The hidden question kind is a lookup (0.4: one hop, the run starts with ``search``), a
+    comparison (0.35: starts with ``decompose``, two hops, then ``calculator``) or multi-hop
+    (0.25: ``decompose``, three hops). A hop is a ``search`` followed by ``open`` steps: right
+    after a search the agent opens a result (0.9) or reformulates the search (0.1); after its
+    n-th open of the hop it opens another with probability 0.4, 0.2, 0 for n = 1, 2, 3, else
+    the hop ends. After the last hop comes ``calculator`` (comparisons), then ``answer``, END.
+    """
+    more = {1: 0.4, 2: 0.2, 3: 0.0}
+
+    def one(rng: random.Random) -> _Trace:
+        kind = rng.choices(["lookup", "compare", "multihop"], weights=[0.4, 0.35, 0.25])[0]
+        hops = {"lookup": 1, "compare": 2, "multihop": 3}[kind]
+        run = _Trace(rng, "search" if kind == "lookup" else "decompose")
+        for hop in range(hops):
+            if hop > 0 or kind != "lookup":
+                run.step({"search": 1.0})
+            while run.step({"open": 0.9, "search": 0.1}) == "search":
+                pass
+            after = "search" if hop < hops - 1 else "calculator" if kind == "compare" else "answer"
+            opened = 1
+            while run.step({"open": more[opened], after: 1.0 - more[opened]}) == "open":
+                opened += 1
+        if kind == "compare":
+            run.step({"answer": 1.0})
+        run.step({END: 1.0})
+        return run
+
+    return _collect(name, runs, seed, ["decompose", "search", "open", "calculator", "answer"], one)
+
+
+def supervisor_team(runs: int = 400, seed: int = 0, name: str = "supervisor-team") -> Workload:
+    """A supervisor multi-agent team: each needed worker is called once, in any order.
+
+    The hidden set of needed workers includes ``researcher`` with probability 0.9, ``coder``
+    0.5, ``writer`` 0.7 and ``reviewer`` 0.4 (``researcher`` if none drew). ``supervisor`` runs
+    first and after every worker; it hands the task to a needed worker not yet called, chosen
+    uniformly, and when all have reported it calls ``finish``, and the run ends.
+    """
+    need = {"researcher": 0.9, "coder": 0.5, "writer": 0.7, "reviewer": 0.4}
+
+    def one(rng: random.Random) -> _Trace:
+        needed = [w for w, p in need.items() if rng.random() < p] or ["researcher"]
+        run = _Trace(rng, "supervisor")
+        for _ in needed:
+            left = [w for w in needed if w not in run.steps]
+            run.step(dict.fromkeys(left, 1.0 / len(left)))
+            run.step({"supervisor": 1.0})
+        run.step({"finish": 1.0})
+        run.step({END: 1.0})
+        return run
+
+    return _collect(name, runs, seed, ["supervisor", *need, "finish"], one)
+
+
+def agent_workloads(seed: int = 0, runs: int = 400) -> list[Workload]:
+    """The three generated agent workloads described in the module docstring."""
+    return [
+        coding_agent(runs, seed + 11),
+        react_web(runs, seed + 12),
+        supervisor_team(runs, seed + 13),
+    ]
+
+
+# --- synthetic Markov sources -------------------------------------------------------------
 
 
 def _random_table(
@@ -220,26 +390,89 @@ def run_all(workloads: Sequence[Workload]) -> list[Score]:
     return scores
 
 
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Mean cost of one call, in microseconds, with ``candidates`` candidates."""
+
+    predictor: str
+    candidates: int
+    predict_us: float
+    observe_us: float
+
+
+def time_predictors(
+    sizes: Sequence[int] = (15, 50), *, steps: int = 6000, calls: int = 2000
+) -> list[Timing]:
+    """Time ``predict`` and ``observe`` of every predictor of :data:`PREDICTORS` after it
+    learned (at most) ``steps`` steps of a second-order source over ``size - 1`` nodes (plus
+    ``END``); ``predict`` is asked with all ``size`` names as candidates, on the last ``calls``
+    learned paths."""
+    timings: list[Timing] = []
+    for size in sizes:
+        runs = steps // 4
+        source = markov_source("timing", order=2, runs=runs, seed=size, num_nodes=size - 1)
+        pairs = [pair for steps_ in source.trajectories for pair in _targets(steps_)][:steps]
+        paths = [path for path, _ in pairs[-calls:]]
+        for name, factory in PREDICTORS.items():
+            predictor = factory()
+            start = time.perf_counter()
+            for path, target in pairs:
+                predictor.observe(path, target)
+            observe = (time.perf_counter() - start) / len(pairs)
+            start = time.perf_counter()
+            for path in paths:
+                predictor.predict(path, {}, candidates=source.candidates)
+            predict = (time.perf_counter() - start) / len(paths)
+            timings.append(Timing(name, size, predict * 1e6, observe * 1e6))
+    return timings
+
+
 def _table(scores: Sequence[Score]) -> str:
-    lines = [f"{'workload':<22}{'predictor':<22}{'n':>6}{'top-1':>8}{'top-3':>8}{'log-loss':>10}"]
+    w = max([20, *(len(s.workload) for s in scores)]) + 2
+    lines = [f"{'workload':<{w}}{'predictor':<28}{'n':>6}{'top-1':>8}{'top-3':>8}{'log-loss':>10}"]
     for s in scores:
         lines.append(
-            f"{s.workload:<22}{s.predictor:<22}{s.n:>6}{s.top1:>8.3f}{s.top3:>8.3f}"
+            f"{s.workload:<{w}}{s.predictor:<28}{s.n:>6}{s.top1:>8.3f}{s.top3:>8.3f}"
             f"{s.log_loss:>10.3f}"
+        )
+    return "\n".join(lines)
+
+
+def _timing_table(timings: Sequence[Timing]) -> str:
+    lines = [f"{'predictor':<28}{'candidates':>11}{'predict us':>12}{'observe us':>12}"]
+    for t in timings:
+        lines.append(
+            f"{t.predictor:<28}{t.candidates:>11}{t.predict_us:>12.1f}{t.observe_us:>12.1f}"
         )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.predictor_eval")
-    parser.add_argument("--data", help="JSON-lines file of {'steps': [...]} (default: tau2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic sources")
-    parser.add_argument("--runs", type=int, default=400, help="runs per synthetic source")
+    parser.add_argument(
+        "--data",
+        action="append",
+        help="JSON-lines file of {'steps': [...]}, repeatable (default: the packaged tau2 file)",
+    )
+    parser.add_argument(
+        "--shuffle", type=int, help="replay the real traces in the order of this random seed"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated sources")
+    parser.add_argument("--runs", type=int, default=400, help="runs per generated source")
+    parser.add_argument("--timing", action="store_true", help="also time predict and observe")
     parser.add_argument("--json", dest="json_out", help="also write the scores to this file")
     args = parser.parse_args(argv)
-    workloads = [tau2_workload(args.data), *synthetic_workloads(args.seed, args.runs)]
+    real = [tau2_workload(path, shuffle=args.shuffle) for path in args.data or [None]]
+    workloads = [
+        *real,
+        *agent_workloads(args.seed, args.runs),
+        *synthetic_workloads(args.seed, args.runs),
+    ]
     scores = run_all(workloads)
     print(_table(scores))
+    if args.timing:
+        print()
+        print(_timing_table(time_predictors()))
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as out:
             json.dump([asdict(s) for s in scores], out, indent=2)

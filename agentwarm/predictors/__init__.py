@@ -1,8 +1,11 @@
 """Predictors: P(next node | path, state), learned online and persisted per workflow.
 
-:class:`Predictor` is the protocol the runtime uses; :class:`MarkovPredictor` (the default,
-see :func:`default_predictor`) is a variable-order Markov model with backoff, a uniform prior
-over declared successors and decay; :class:`FirstOrderPredictor` is the plain baseline.
+:class:`Predictor` is the protocol the runtime uses; :class:`MarkovPredictor` is a
+variable-order Markov model with backoff, a uniform prior over declared successors and decay.
+The default (:func:`default_predictor`) mixes it with experts that see more of the run (how
+often in a row and in all the current node ran, which nodes the run visited, fast-forgetting
+recent counts), weighted online by how well each predicted. :class:`FirstOrderPredictor` is the
+plain baseline.
 :class:`PredictorStore` saves and loads learned state atomically under a state directory.
 """
 

@@ -1,17 +1,32 @@
-"""The default learned predictor: a variable-order Markov model with decay.
+"""The default learned predictor: a variable-order Markov model with decay, optionally mixed
+with experts that see more of the run than its last few nodes.
 
-For a path ``(..., a, b, c)`` the model keeps counts of what followed each recent context
-``()``, ``(c,)``, ``(b, c)``, ``(a, b, c)`` up to ``max_order`` nodes. Paths are padded on the
-left with :data:`START`, so ``(START, a)`` means "``a`` was the first step", which lets the model
-learn how runs begin apart from how they continue.
+**Markov expert.** For a path ``(..., a, b, c)`` the model keeps counts of what followed each
+recent context ``()``, ``(c,)``, ``(b, c)``, ``(a, b, c)`` up to ``max_order`` nodes. Paths are
+padded on the left with :data:`START`, so ``(START, a)`` means "``a`` was the first step", which
+lets the model learn how runs begin apart from how they continue.
 
-A prediction blends the orders from short to long, PPM-C / Witten-Bell style: starting from a
+A prediction blends the contexts from short to long, PPM-C / Witten-Bell style: starting from a
 uniform prior over the support (the declared successors when given), each context with counts
 ``c(x)`` replaces the estimate ``P`` by ``(c(x) + e * P(x)) / (sum(c) + e)``, where the escape
 mass ``e = backoff * (number of distinct successors seen)``. A context seen often with few
 distinct successors is trusted; a fresh or diverse context defers to the shorter ones. The
 counts are restricted to the support before blending, so the result is exactly a distribution
 over the candidates.
+
+**Feature experts** (``features``, see :mod:`agentwarm.predictors._features`): ``run`` (how many
+times in a row the current node has run), ``count`` (how many times it has run in this run) and
+``visited`` (which nodes the run has visited). Each continues the Markov expert's ``()``,
+``(c,)`` blend with one more context, ``(c, feature value)``, in the same escape framework.
+**Recent expert** (``recent_half_life``): a second Markov expert whose counts forget fast, for
+workloads whose behaviour clusters or drifts in time.
+
+**Mixture.** With more than one expert the prediction is ``sum_e w_e * P_e``. The weights are a
+Bayesian mixture learned online (each observation multiplies ``w_e`` by ``P_e(actual next)``,
+i.e. by the expert's likelihood, over the nodes seen so far) with fixed share: after each update
+a fraction ``share`` of the weight is spread evenly, so an expert that was poor for a while can
+take over again. The mixture loses at most about ``log(number of experts)`` nats in total to the
+best single expert, so extra experts cost little where they do not help.
 
 Drift: every time a context is observed, its counts are first multiplied by
 ``0.5 ** (1 / half_life)``, so evidence in that context loses half its weight after
@@ -24,27 +39,47 @@ observations. Counts that decay below ``min_count`` are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-from agentwarm.predictors import _serial
+from agentwarm.predictors import _features, _serial
 from agentwarm.predictors.base import START, rank, support
 
-__all__ = ("MarkovPredictor", "default_predictor")
+__all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "default_predictor")
 
 Context = tuple[str, ...]
+Table = dict[str, float]
+#: One expert's estimate: ``P(x) = a / len(support) + sum(coef * table.get(x, 0))`` over its
+#: ``(table, coef)`` terms, for ``x`` in the support.
+Estimate = tuple[float, list[tuple[Table, float]]]
+
+#: Feature experts of :func:`default_predictor`.
+DEFAULT_FEATURES: tuple[str, ...] = ("run", "count", "visited")
+#: Half-life of the recent expert of :func:`default_predictor`, in observations of a context.
+DEFAULT_RECENT_HALF_LIFE = 10.0
 
 
 class MarkovPredictor:
-    """Variable-order Markov predictor with Witten-Bell blending, a uniform prior, and decay.
+    """Variable-order Markov predictor with Witten-Bell blending, a uniform prior, decay and
+    optional feature / recent experts mixed by online Bayesian weights.
+
+    ``MarkovPredictor()`` is the plain Markov model (one expert); :func:`default_predictor`
+    adds the experts.
 
     Args:
-        max_order: longest context, in nodes (``START`` counts as one). 0 gives plain
-            successor frequencies; 1 is a first-order model with a unigram fallback.
+        max_order: longest context, in nodes (``START`` counts as one), of the Markov and recent
+            experts. 0 gives plain successor frequencies; 1 is a first-order model with a
+            unigram fallback.
         half_life: observations of a context after which its older counts weigh half;
             ``None`` never forgets.
         backoff: escape weight per distinct successor; larger trusts long contexts less.
         min_count: decayed counts below this are dropped.
+        features: feature experts to add, among :data:`~agentwarm.predictors._features.FEATURES`
+            (``"run"``, ``"count"``, ``"visited"``), each at most once.
+        recent_half_life: half-life of the recent expert's counts; ``None`` for no recent expert.
+        share: fraction of the mixture weight spread evenly after each update, in ``[0, 1)``.
+        max_contexts: most contexts each expert keeps; past it, the context observed least
+            recently is dropped (bounds memory and the saved file). ``None`` for no bound.
     """
 
     kind: ClassVar[str] = "markov"
@@ -56,6 +91,10 @@ class MarkovPredictor:
         half_life: float | None = 200.0,
         backoff: float = 2.0,
         min_count: float = 1e-3,
+        features: Iterable[str] = (),
+        recent_half_life: float | None = None,
+        share: float = 0.01,
+        max_contexts: int | None = 4096,
     ) -> None:
         if isinstance(max_order, bool) or not isinstance(max_order, int) or max_order < 0:
             raise ValueError(f"max_order must be an integer >= 0, got {max_order!r}")
@@ -65,14 +104,47 @@ class MarkovPredictor:
             raise ValueError(f"backoff must be > 0, got {backoff!r}")
         if not 0 <= min_count < 1:
             raise ValueError(f"min_count must be in [0, 1), got {min_count!r}")
+        feats = tuple(features) if not isinstance(features, str) else (features,)
+        bad = [f for f in feats if f not in _features.FEATURES]
+        if bad or len(set(feats)) != len(feats):
+            raise ValueError(
+                f"features must be distinct names among {list(_features.FEATURES)}, got {feats}"
+            )
+        if recent_half_life is not None and not recent_half_life > 0:
+            raise ValueError(f"recent_half_life must be > 0 or None, got {recent_half_life!r}")
+        if not 0 <= share < 1:
+            raise ValueError(f"share must be in [0, 1), got {share!r}")
+        if max_contexts is not None and (
+            isinstance(max_contexts, bool) or not isinstance(max_contexts, int) or max_contexts < 1
+        ):
+            raise ValueError(f"max_contexts must be an integer >= 1 or None, got {max_contexts!r}")
         self.max_order = max_order
         self.half_life = None if half_life is None else float(half_life)
         self.backoff = float(backoff)
         self.min_count = float(min_count)
+        self.features = feats
+        self.recent_half_life = None if recent_half_life is None else float(recent_half_life)
+        self.share = float(share)
+        self.max_contexts = max_contexts
         self._decay = 1.0 if half_life is None else 0.5 ** (1.0 / half_life)
-        self._counts: dict[Context, dict[str, float]] = {}
+        self._recent_decay = 1.0 if recent_half_life is None else 0.5 ** (1.0 / recent_half_life)
+        self._counts: dict[Context, Table] = {}
+        self._recent: dict[Context, Table] = {}
+        self._feature_counts: dict[str, dict[_features.FeatureKey, Table]] = {f: {} for f in feats}
         self._known: dict[str, None] = {}
         self._observations = 0
+        self._weights = [1.0 / len(self.experts)] * len(self.experts)
+
+    @property
+    def experts(self) -> tuple[str, ...]:
+        """Names of the mixed experts: ``"markov"``, then ``"recent"`` if on, then features."""
+        recent = ("recent",) if self.recent_half_life is not None else ()
+        return ("markov", *recent, *self.features)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Current mixture weight of each expert (they sum to 1)."""
+        return dict(zip(self.experts, self._weights, strict=True))
 
     @property
     def observations(self) -> int:
@@ -81,15 +153,17 @@ class MarkovPredictor:
 
     @property
     def num_contexts(self) -> int:
-        """Number of distinct contexts with counts."""
-        return len(self._counts)
+        """Number of distinct contexts with counts, over all experts."""
+        features = sum(len(tables) for tables in self._feature_counts.values())
+        return len(self._counts) + len(self._recent) + features
 
     def counts(self, context: Sequence[str]) -> dict[str, float]:
-        """A copy of the (decayed) successor counts of ``context`` (empty if never seen)."""
+        """A copy of the Markov expert's (decayed) successor counts of ``context``."""
         return dict(self._counts.get(tuple(context), {}))
 
     def contexts(self, path: Sequence[str]) -> list[Context]:
-        """The contexts of ``path`` from order 0 to the longest available, shortest first."""
+        """The Markov contexts of ``path`` from order 0 to the longest available, shortest
+        first."""
         tail = (START, *path[-self.max_order :]) if self.max_order else ()
         longest = min(self.max_order, len(path) + 1)
         return [(), *(tail[len(tail) - k :] for k in range(1, longest + 1))]
@@ -105,89 +179,273 @@ class MarkovPredictor:
         names = support(candidates, self._known)
         if not names:
             return []
-        probs = [1.0 / len(names)] * len(names)
-        for context in self.contexts(path):
-            table = self._counts.get(context)
-            if table is None:
-                break  # longer contexts are observed together with this one: none exist
-            seen = [table.get(name, 0.0) for name in names]
-            total = sum(seen)
-            if total <= 0.0:
-                continue
-            escape = self.backoff * sum(min(1.0, c) for c in seen)
-            probs = [(c + escape * p) / (total + escape) for c, p in zip(seen, probs, strict=True)]
-        return rank(names, probs)
+        mixed = dict.fromkeys(names, 0.0)
+        uniform = 0.0
+        terms: dict[int, tuple[Table, float]] = {}
+        for w, (a, chain) in zip(self._weights, self._estimates(path, mixed), strict=True):
+            uniform += w * a
+            for table, coef in chain:
+                _, before = terms.get(id(table), (table, 0.0))
+                terms[id(table)] = (table, before + w * coef)
+        for table, coef in terms.values():
+            for name, c in table.items():
+                if name in mixed:
+                    mixed[name] += coef * c
+        uniform /= len(names)
+        return rank(names, [p + uniform for p in mixed.values()])
 
     def observe(self, path: Sequence[str], next_node: str) -> None:
-        """Count ``next_node`` after every context of ``path``, decaying those contexts first."""
-        for context in self.contexts(path):
-            table = self._counts.setdefault(context, {})
-            if self._decay < 1.0:
-                for name in list(table):
-                    value = table[name] * self._decay
-                    if value < self.min_count:
-                        del table[name]
-                    else:
-                        table[name] = value
-            table[next_node] = table.get(next_node, 0.0) + 1.0
+        """Learn ``path -> next_node``: update the mixture weights by each expert's probability
+        of ``next_node`` over the nodes seen so far, then count ``next_node`` after every context
+        of ``path``, decaying those contexts first."""
+        if len(self._weights) > 1:
+            self._update_weights(path, next_node)
+        contexts = self.contexts(path)
+        for context in contexts:
+            self._count(self._touch(self._counts, context), next_node, self._decay)
+        if self.recent_half_life is not None:
+            for context in contexts:
+                self._count(self._touch(self._recent, context), next_node, self._recent_decay)
+        for feature in self.features:
+            key = _features.key(feature, path)
+            if key is not None:
+                table = self._touch(self._feature_counts[feature], key)
+                self._count(table, next_node, self._decay)
         self._known.setdefault(next_node, None)
         self._observations += 1
 
+    def first_order_view(self) -> MarkovPredictor:
+        """A plain order-1 model with this model's order-0 and order-1 Markov counts: the
+        marginal ``P(next | current node)`` over all the paths that reached the node."""
+        view = MarkovPredictor(
+            min(1, self.max_order),
+            half_life=self.half_life,
+            backoff=self.backoff,
+            min_count=self.min_count,
+            max_contexts=self.max_contexts,
+        )
+        view._counts = {c: dict(t) for c, t in self._counts.items() if len(c) <= view.max_order}
+        view._known = dict(self._known)
+        view._observations = self._observations
+        return view
+
+    # --- estimation -------------------------------------------------------------------------
+
+    def _estimates(self, path: Sequence[str], allowed: Mapping[str, Any]) -> list[Estimate]:
+        """Each expert's estimate over the support ``allowed``, in :attr:`experts` order."""
+        contexts = self.contexts(path)
+        slow = [self._counts.get(context) for context in contexts]
+        base = slow[:2]
+        chains = [slow]
+        if self.recent_half_life is not None:
+            chains.append([self._recent.get(context) for context in contexts])
+        for feature in self.features:
+            key = _features.key(feature, path)
+            chains.append([*base, None if key is None else self._feature_counts[feature].get(key)])
+        stats: dict[int, tuple[float, float]] = {}
+        return [self._chain(chain, allowed, stats) for chain in chains]
+
+    def _chain(
+        self,
+        tables: Sequence[Table | None],
+        allowed: Mapping[str, Any],
+        stats: dict[int, tuple[float, float]],
+    ) -> Estimate:
+        """Witten-Bell blending of ``tables`` (general to specific) from the uniform prior.
+
+        Each step ``P <- (c + e * P) / (sum(c) + e)`` scales what came before by
+        ``keep = e / (sum(c) + e)``; unrolled, ``P(x) = a * uniform + sum_j coef_j * c_j(x)``
+        with ``a`` the product of all ``keep`` and ``coef_j = 1 / (sum(c_j) + e_j)`` times the
+        ``keep`` of the more specific tables. ``stats`` caches ``(total, escape)`` by table.
+        """
+        a = 1.0
+        chain: list[tuple[Table, float]] = []
+        for table in reversed(tables):
+            if not table:
+                continue
+            known = stats.get(id(table))
+            if known is None:
+                total = escape = 0.0
+                for name, c in table.items():
+                    if name in allowed:
+                        total += c
+                        escape += c if c < 1.0 else 1.0
+                known = stats[id(table)] = (total, self.backoff * escape)
+            total, escape = known
+            if total <= 0.0:
+                continue
+            chain.append((table, a / (total + escape)))
+            a *= escape / (total + escape)
+        return a, chain
+
+    def _update_weights(self, path: Sequence[str], next_node: str) -> None:
+        allowed = dict.fromkeys([*self._known, next_node])
+        n = len(allowed)
+        likelihoods = [
+            a / n + sum(coef * table.get(next_node, 0.0) for table, coef in chain)
+            for a, chain in self._estimates(path, allowed)
+        ]
+        posterior = [w * p for w, p in zip(self._weights, likelihoods, strict=True)]
+        total = sum(posterior)
+        k = len(posterior)
+        if total > 0.0:
+            self._weights = [(1 - self.share) * p / total + self.share / k for p in posterior]
+
+    def _touch(self, tables: dict[Any, Table], context: Any) -> Table:
+        """The table of ``context``, moved to the end of ``tables`` (most recently observed
+        last); drops the least recently observed context past :attr:`max_contexts`."""
+        table = tables.pop(context, None)
+        tables[context] = table = {} if table is None else table
+        if self.max_contexts is not None and len(tables) > self.max_contexts:
+            del tables[next(iter(tables))]
+        return table
+
+    def _count(self, table: Table, next_node: str, decay: float) -> None:
+        if decay < 1.0:
+            for name in list(table):
+                value = table[name] * decay
+                if value < self.min_count:
+                    del table[name]
+                else:
+                    table[name] = value
+        table[next_node] = table.get(next_node, 0.0) + 1.0
+
+    # --- persistence ------------------------------------------------------------------------
+
     def to_dict(self) -> dict[str, Any]:
-        """Configuration and counts as JSON-serializable data (``kind`` ``"markov"``)."""
+        """Configuration, counts and mixture weights as JSON-serializable data (``kind``
+        ``"markov"``)."""
         return {
             "kind": self.kind,
             "max_order": self.max_order,
             "half_life": self.half_life,
             "backoff": self.backoff,
             "min_count": self.min_count,
+            "features": list(self.features),
+            "recent_half_life": self.recent_half_life,
+            "share": self.share,
+            "max_contexts": self.max_contexts,
             "observations": self._observations,
             "known": list(self._known),
-            "contexts": [[list(ctx), dict(table)] for ctx, table in self._counts.items()],
+            "weights": list(self._weights),
+            "contexts": _entries(self._counts),
+            "recent_contexts": _entries(self._recent),
+            "feature_contexts": {
+                feature: _entries(tables) for feature, tables in self._feature_counts.items()
+            },
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """Rebuild from :meth:`to_dict` output; ``ValueError`` names the first bad field."""
+        """Rebuild from :meth:`to_dict` output; ``ValueError`` names the first bad field.
+
+        Data without the expert fields (``features``, ``recent_half_life``, ``share``,
+        ``max_contexts``, ``weights``, ``recent_contexts``, ``feature_contexts``), as written
+        before they existed, is a plain Markov model without a context bound.
+        """
         _serial.check_kind(data, cls.kind)
+        features = data.get("features", [])
         model = cls(
             int(_serial.number(data, "max_order", integer=True)),
             half_life=_serial.optional_number(data, "half_life"),
             backoff=_serial.number(data, "backoff"),
             min_count=_serial.number(data, "min_count"),
+            features=_serial.name_list(features, "features"),
+            recent_half_life=_serial.optional_number(data, "recent_half_life"),
+            share=_serial.number(data, "share") if "share" in data else 0.01,
+            max_contexts=(
+                int(_serial.number(data, "max_contexts", integer=True))
+                if data.get("max_contexts") is not None
+                else None
+            ),
         )
         observations = int(_serial.number(data, "observations", integer=True))
         if observations < 0:
             raise ValueError(f"predictor state field 'observations' is negative: {observations}")
         model._observations = observations
         model._known = dict.fromkeys(_serial.name_list(data.get("known"), "known"))
-        entries = data.get("contexts")
-        if not isinstance(entries, list):
-            raise ValueError("predictor state field 'contexts' must be a list")
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, list) or len(entry) != 2:
-                raise ValueError(f"predictor state contexts[{i}] must be [context, counts]")
-            context = tuple(_serial.name_list(entry[0], f"contexts[{i}][0]"))
-            if len(context) > model.max_order:
-                raise ValueError(
-                    f"predictor state contexts[{i}] is longer than max_order={model.max_order}"
-                )
-            if context in model._counts:
-                raise ValueError(f"predictor state contexts[{i}] repeats context {list(context)}")
-            table = _serial.count_table(entry[1], f"contexts[{i}][1]")
-            unknown = [name for name in table if name not in model._known]
-            if unknown:
-                raise ValueError(f"predictor state contexts[{i}] counts unknown nodes {unknown}")
-            model._counts[context] = table
+        if "weights" in data:
+            model._weights = _weights(data["weights"], len(model.experts))
+        model._counts = model._tables(data.get("contexts"), "contexts", model.max_order)
+        model._recent = model._tables(data.get("recent_contexts", []), "recent_contexts", None)
+        if model._recent and model.recent_half_life is None:
+            raise ValueError("predictor state has recent_contexts but no recent_half_life")
+        feature_data = data.get("feature_contexts", {})
+        if not isinstance(feature_data, dict) or set(feature_data) - set(model.features):
+            raise ValueError(
+                "predictor state field 'feature_contexts' must be an object keyed by features "
+                f"{list(model.features)}"
+            )
+        for feature, entries in feature_data.items():
+            model._feature_counts[feature] = model._tables(
+                entries, f"feature_contexts[{feature!r}]", None, feature=feature
+            )
         return model
+
+    def _tables(
+        self,
+        entries: Any,
+        field: str,
+        max_len: int | None,
+        feature: str | None = None,
+    ) -> dict[Any, Table]:
+        if not isinstance(entries, list):
+            raise ValueError(f"predictor state field {field!r} must be a list")
+        if self.max_contexts is not None and len(entries) > self.max_contexts:
+            raise ValueError(
+                f"predictor state field {field!r} has {len(entries)} contexts, "
+                f"more than max_contexts={self.max_contexts}"
+            )
+        tables: dict[Any, Table] = {}
+        for i, entry in enumerate(entries):
+            where = f"{field}[{i}]"
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise ValueError(f"predictor state {where} must be [context, counts]")
+            if feature is None:
+                context: Any = tuple(_serial.name_list(entry[0], f"{where}[0]"))
+            else:
+                context = _features.decode(feature, entry[0], f"{where}[0]")
+            if max_len is not None and len(context) > max_len:
+                raise ValueError(f"predictor state {where} is longer than max_order={max_len}")
+            if context in tables:
+                raise ValueError(f"predictor state {where} repeats context {list(context)}")
+            table = _serial.count_table(entry[1], f"{where}[1]")
+            unknown = [name for name in table if name not in self._known]
+            if unknown:
+                raise ValueError(f"predictor state {where} counts unknown nodes {unknown}")
+            tables[context] = table
+        return tables
 
     def __repr__(self) -> str:
         return (
             f"MarkovPredictor(max_order={self.max_order}, half_life={self.half_life}, "
-            f"backoff={self.backoff}, observations={self._observations})"
+            f"backoff={self.backoff}, features={list(self.features)}, "
+            f"recent_half_life={self.recent_half_life}, observations={self._observations})"
         )
 
 
+def _entries(tables: Mapping[Any, Table]) -> list[list[Any]]:
+    return [[list(context), dict(table)] for context, table in tables.items()]
+
+
+def _weights(value: Any, k: int) -> list[float]:
+    if (
+        not isinstance(value, list)
+        or len(value) != k
+        or not all(
+            isinstance(w, int | float) and not isinstance(w, bool) and 0.0 <= w <= 1.0
+            for w in value
+        )
+        or abs(sum(value) - 1.0) > 1e-6
+    ):
+        raise ValueError(
+            f"predictor state field 'weights' must be {k} numbers in [0, 1] summing to 1, "
+            f"got {value!r}"
+        )
+    return [float(w) for w in value]
+
+
 def default_predictor() -> MarkovPredictor:
-    """The predictor a workflow session uses when none is given."""
-    return MarkovPredictor()
+    """The predictor a workflow session uses when none is given: the order-3 Markov model
+    mixed with the recent expert and the ``run``, ``count`` and ``visited`` feature experts."""
+    return MarkovPredictor(features=DEFAULT_FEATURES, recent_half_life=DEFAULT_RECENT_HALF_LIFE)

@@ -2,7 +2,7 @@
 
 File ``<state_dir>/<workflow>.json``::
 
-    {"format": "agentwarm.predictor", "version": 1, "workflow": "...",
+    {"format": "agentwarm.predictor", "version": 2, "workflow": "...",
      "nodes": [...sorted node names...], "fingerprint": "<sha256 of the node set>",
      "predictor": {...predictor.to_dict()...}}
 
@@ -48,7 +48,9 @@ __all__ = (
 )
 
 FORMAT = "agentwarm.predictor"
-FORMAT_VERSION = 1
+#: Version 2: the Markov predictor's mixture experts (weights, recent and feature contexts).
+#: Files of other versions are set aside and learning restarts.
+FORMAT_VERSION = 2
 
 _ADVICE = "set AGENTWARM_STATE_DIR (or pass --state-dir / state_dir=) to a writable directory"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

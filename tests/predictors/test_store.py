@@ -15,6 +15,7 @@ from agentwarm.predictors import (
     MarkovPredictor,
     PredictorStateWarning,
     PredictorStore,
+    default_predictor,
     default_state_dir,
     node_fingerprint,
 )
@@ -221,3 +222,36 @@ def test_default_state_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_state_dir() == tmp_path / "home" / ".local" / "state" / "agentwarm"
+
+
+def test_default_predictor_round_trips_through_the_store(tmp_path: Path) -> None:
+    model = default_predictor()
+    for _ in range(4):
+        for path, nxt in [(["triage"], "refund"), (["triage", "refund"], "triage")]:
+            model.observe(path, nxt)
+        model.observe(["triage", "refund", "triage"], "billing")
+        model.observe(["triage", "refund", "triage", "billing"], END)
+    store = PredictorStore(tmp_path)
+    store.save("support", model, nodes=NODES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = store.load("support", nodes=NODES)
+    assert isinstance(loaded, MarkovPredictor)
+    assert loaded.experts == model.experts
+    assert loaded.to_dict() == model.to_dict()
+    for p in [*PATHS, ["triage", "refund", "triage", "billing"]]:
+        assert loaded.predict(p, candidates=NODES) == model.predict(p, candidates=NODES)
+
+
+def test_version_1_file_is_set_aside_for_the_new_default(tmp_path: Path) -> None:
+    """Files written before the mixture experts (format version 1) restart learning with
+    the current default predictor."""
+    doc = _valid_document(tmp_path)
+    path = tmp_path / "support.json"
+    path.write_text(json.dumps({**doc, "version": 1}))
+    assert FORMAT_VERSION == 2
+    with pytest.warns(PredictorStateWarning, match="format version 1, this agentwarm reads 2"):
+        fresh = PredictorStore(tmp_path).load("support", nodes=NODES)
+    assert isinstance(fresh, MarkovPredictor)
+    assert fresh.experts == default_predictor().experts and fresh.observations == 0
+    assert len(list(tmp_path.glob("support.corrupt-*.json"))) == 1
