@@ -72,12 +72,9 @@ def learned_probabilities(
 def _first_order_view(predictor: Predictor) -> Predictor:
     from agentwarm.predictors.markov import MarkovPredictor
 
-    if not isinstance(predictor, MarkovPredictor) or predictor.max_order <= 1:
+    if not isinstance(predictor, MarkovPredictor):
         return predictor
-    data = predictor.to_dict()
-    data["max_order"] = 1
-    data["contexts"] = [c for c in data["contexts"] if len(c[0]) <= 1]
-    return MarkovPredictor.from_dict(data)
+    return predictor.first_order_view()
 
 
 def _stats(workflow: Workflow, traces: list[Path]) -> TraceStats | None:
