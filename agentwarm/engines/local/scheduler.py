@@ -11,7 +11,8 @@ Rules the scheduler keeps:
   :meth:`Scheduler.close`, which hand work over under a condition variable.
 * Every step (one prefill chunk of at most ``chunk_size`` tokens, or one decode token) goes to
   the waiting request with the highest priority, then the earliest arrival. Live work therefore
-  preempts speculative work at the next chunk boundary, and aborts take effect there too.
+  preempts speculative work at the next chunk boundary, and aborts take effect there too. The
+  batch size is one: within a priority class requests run first come, first served.
 * Each prefill chunk's KV is inserted into the tree as soon as it is computed, and the request
   keeps a lock on the path it covers. A request that resumes after another request ran first
   re-matches the tree and skips whatever that request computed (promotion: a live request over
@@ -266,8 +267,10 @@ class Scheduler:
         try:
             if req.state is None:
                 self._start(req)
-                if req.future.done():
-                    return
+            elif self._last_rid != req.rid and req.state.length < req.prefill_target:
+                self._catch_up(req)
+            if req.future.done():
+                return
             assert req.state is not None
             if req.state.length < req.prefill_target:
                 self._prefill_chunk(req)
@@ -317,10 +320,6 @@ class Scheduler:
         req.state = self._new_state(req, match.values)
 
     def _prefill_chunk(self, req: Request) -> None:
-        if self._last_rid != req.rid:
-            self._catch_up(req)
-            if req.future.done():
-                return
         state = req.state
         assert state is not None
         start = state.length
