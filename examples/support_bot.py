@@ -28,6 +28,16 @@ INPUTS = [
     "Why was my card charged 49.99 when my plan costs 29.99?",
     "Sync between my phone and laptop has been broken since Tuesday, error code 503.",
     "Please refund order 4471, the size was wrong and I already sent it back.",
+    "How do I download a receipt for my annual plan? I need it for my expense report.",
+    "The desktop app is stuck on 'syncing' forever after I changed my password.",
+    "I returned the office chair two weeks ago and still have not received a refund.",
+    "You charged me after I cancelled the Team plan, I want that invoice corrected.",
+    "Export to PDF produces blank pages since version 4.2.0 on macOS.",
+    "The lamp arrived with a cracked shade, can I get a refund instead of a replacement?",
+    "I have written four times about a data breach notice and I want a manager immediately.",
+    "Please switch my billing from monthly to annual and apply the discount.",
+    "Notifications stopped working on Android 15 after the latest update.",
+    "The wrong colour was delivered for order 5520, I want my money back.",
 ]
 
 _HOUSE_RULES = """

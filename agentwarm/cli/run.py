@@ -70,7 +70,14 @@ def _fmt_ms(v: float | None) -> str:
 
 def _render(console: Console, results: list[RunResult], summary: dict[str, Any]) -> None:
     runs = Table(title="Runs", title_justify="left", header_style="bold")
-    for col in ("run", "steps", "branch hits", "cached / prompt tok", "mean TTFT ms"):
+    for col in (
+        "run",
+        "steps",
+        "branch hits",
+        "hit rate so far",
+        "cached / prompt tok",
+        "mean TTFT ms",
+    ):
         runs.add_column(col, justify="right")
     for i, r in enumerate(results, 1):
         s = r.summary()
@@ -78,6 +85,7 @@ def _render(console: Console, results: list[RunResult], summary: dict[str, Any])
             str(i),
             str(s["steps"]),
             f"{s['branch_hit_rate']:.0%}",
+            f"{summarize(results[:i])['branch_hit_rate']:.0%}",
             f"{s['cached_tokens']} / {s['prompt_tokens']}",
             _fmt_ms(s["ttft_mean_s"]),
         )
