@@ -1,0 +1,57 @@
+"""``agentwarm bench``: replay recorded agent trajectories and compare prefix-cache strategies.
+
+The same test episodes run in four modes, each on a fresh engine of the same model: ``cold``
+(no prefix reuse), ``reactive`` (radix cache only, SGLang's default), ``agentwarm`` (speculative
+prefetching with the learned predictor) and ``oracle`` (prefetching exactly the true next step).
+The report gives TTFT, episode makespan, prefill work (useful vs wasted), acceptance ratio and
+branch hit rate per mode, and ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle).
+
+::
+
+    report = await run_bench(profile("quick").config, lambda: LocalEngine("tiny"))
+    report.render(Console())
+"""
+
+from __future__ import annotations
+
+from agentwarm.bench.config import PROFILES, BenchConfig, Profile, profile
+from agentwarm.bench.metered import MeteredEngine, RequestRecord
+from agentwarm.bench.modes import MODES, ModeRun, OraclePredictor, pretrain, run_mode
+from agentwarm.bench.report import BenchReport, headline, mode_figures
+from agentwarm.bench.run import run_bench
+from agentwarm.bench.workload import (
+    LAYOUTS,
+    Episode,
+    EpisodeScript,
+    PromptSizes,
+    ThinkTime,
+    Workload,
+    load_episodes,
+    split_episodes,
+)
+
+__all__ = (
+    "LAYOUTS",
+    "MODES",
+    "PROFILES",
+    "BenchConfig",
+    "BenchReport",
+    "Episode",
+    "EpisodeScript",
+    "MeteredEngine",
+    "ModeRun",
+    "OraclePredictor",
+    "Profile",
+    "PromptSizes",
+    "RequestRecord",
+    "ThinkTime",
+    "Workload",
+    "headline",
+    "load_episodes",
+    "mode_figures",
+    "pretrain",
+    "profile",
+    "run_bench",
+    "run_mode",
+    "split_episodes",
+)

@@ -1,0 +1,129 @@
+"""Benchmark configuration and the ``quick`` / ``full`` profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentwarm.bench.modes import MODES
+from agentwarm.bench.workload import LAYOUTS, PromptSizes, ThinkTime
+from agentwarm.errors import ConfigError
+from agentwarm.runtime import PrefetchPolicy
+
+__all__ = ("PROFILES", "BenchConfig", "Profile", "profile")
+
+
+class BenchConfig(BaseModel):
+    """What to replay and how. Immutable; derive variants with ``model_copy(update=...)``.
+
+    ``episodes`` caps the test episodes replayed (``None``: the whole test split, a
+    ``test_fraction`` of the file after a shuffle by ``seed``). ``pretrain`` fits agentwarm's
+    predictor on the training split before the first test episode; it keeps learning online
+    either way. ``think`` is a :class:`ThinkTime` spec. ``system_file`` / ``tools_file``
+    replace the generated policy and tool schemas.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    trajectories: Path | None = None
+    system_file: Path | None = None
+    tools_file: Path | None = None
+    layout: str = "subagent"
+    modes: tuple[str, ...] = MODES
+    episodes: int | None = Field(default=None, ge=1)
+    test_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
+    seed: int = 0
+    think: str = "lognormal:mean=1.0,sigma=0.5"
+    pretrain: bool = True
+    fast_baselines: bool = True
+    sizes: PromptSizes = PromptSizes()
+    policy: PrefetchPolicy = PrefetchPolicy()
+
+    @field_validator("layout")
+    @classmethod
+    def _layout(cls, v: str) -> str:
+        if v not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in v if m not in MODES]
+        if bad or not v:
+            raise ValueError(f"modes must be among {', '.join(MODES)}; got {', '.join(v)}")
+        return tuple(m for m in MODES if m in v)
+
+    @field_validator("think")
+    @classmethod
+    def _think(cls, v: str) -> str:
+        try:
+            return str(ThinkTime.parse(v))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-serializable view for reports."""
+        out = self.model_dump(mode="json", exclude={"policy", "sizes"})
+        out["sizes"] = _sizes(self.sizes)
+        out["policy"] = self.policy.model_dump(mode="json")
+        return out
+
+
+def _sizes(s: PromptSizes) -> dict[str, Any]:
+    return {
+        "policy": s.policy,
+        "instructions": list(s.instructions),
+        "schema": list(s.schema),
+        "opening": list(s.opening),
+        "result": list(s.result),
+        "output_tokens": s.output_tokens,
+    }
+
+
+class Profile(BaseModel):
+    """A named preset: the model to run and the configuration."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    model: str
+    config: BenchConfig
+    description: str
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(
+        name="quick",
+        model="tiny",
+        description="tiny preset, 6 short episodes, short think times: a smoke test (CI)",
+        config=BenchConfig(
+            episodes=6,
+            think="lognormal:mean=0.15,sigma=0.5",
+            sizes=PromptSizes(
+                policy=240,
+                instructions=(60, 120),
+                schema=(40, 80),
+                opening=(20, 40),
+                result=(20, 120),
+                output_tokens=8,
+            ),
+        ),
+    ),
+    "full": Profile(
+        name="full",
+        model="small",
+        description="small preset (SmolLM-135M shape), 1-4k-token prompts, realistic think times",
+        config=BenchConfig(episodes=20, think="lognormal:mean=3.0,sigma=0.5"),
+    ),
+}
+
+
+def profile(name: str) -> Profile:
+    """The profile called ``name``; :class:`ConfigError` naming the choices otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"unknown profile {name!r}; profiles: {', '.join(PROFILES)}") from None

@@ -1,0 +1,140 @@
+"""``MeteredEngine``: an engine wrapper that records every request's token accounting.
+
+The benchmark wraps each mode's engine in one, so computed / cached token counts come from the
+engine's own per-request answers (``Completion.cached_tokens``, ``PrefillResult.computed_tokens``)
+whatever the engine is. With ``isolate=True`` every request goes to a fresh random namespace, so
+nothing is ever reused from the prefix cache: the ``cold`` baseline on any engine, a remote
+server included.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agentwarm.engines.base import Completion, Engine, EngineStats, PrefillResult, Priority
+from agentwarm.errors import RequestAborted
+
+__all__ = ("MeteredEngine", "RequestRecord")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request as the engine answered it.
+
+    ``kind`` is ``"generate"`` or ``"prefill"``; ``status`` is ``"done"`` or ``"aborted"``.
+    For a generate, ``computed_tokens`` is ``prompt_tokens - cached_tokens`` (the protocol's
+    definition); for a prefill it is what the engine reports having computed.
+    """
+
+    kind: str
+    priority: int
+    prompt_tokens: int
+    cached_tokens: int
+    computed_tokens: int
+    status: str
+    rid: str = ""
+
+
+class MeteredEngine(Engine):
+    """Delegates to ``inner`` and appends a :class:`RequestRecord` to ``records`` per request.
+
+    Requests that raise (other than an abort) leave no record. ``isolate`` sends each request
+    to a new namespace (no prefix reuse at all). Closing the wrapper closes ``inner``.
+    """
+
+    def __init__(self, inner: Engine, *, isolate: bool = False) -> None:
+        self.inner = inner
+        self.isolate = isolate
+        self.records: list[RequestRecord] = []
+        self.model_name = inner.model_name
+        self.supports_promotion = inner.supports_promotion
+        for attr in ("provider_name", "span_kind"):
+            if hasattr(inner, attr):
+                setattr(self, attr, getattr(inner, attr))
+
+    def _ns(self, namespace: str) -> str:
+        return f"{namespace}-{uuid.uuid4().hex}" if self.isolate else namespace
+
+    async def prefill(
+        self,
+        ids: Sequence[int],
+        *,
+        priority: int = Priority.SPECULATIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+    ) -> PrefillResult:
+        result = await self.inner.prefill(
+            ids, priority=priority, rid=rid, namespace=self._ns(namespace), session=session
+        )
+        self.records.append(
+            RequestRecord(
+                kind="prefill",
+                priority=int(priority),
+                prompt_tokens=result.prompt_tokens,
+                cached_tokens=result.cached_tokens,
+                computed_tokens=result.computed_tokens,
+                status=str(result.status),
+                rid=result.rid,
+            )
+        )
+        return result
+
+    async def generate(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        try:
+            out = await self.inner.generate(
+                ids,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                priority=priority,
+                rid=rid,
+                namespace=self._ns(namespace),
+                session=session,
+                seed=seed,
+            )
+        except RequestAborted:
+            self.records.append(RequestRecord("generate", int(priority), len(ids), 0, 0, "aborted"))
+            raise
+        self.records.append(
+            RequestRecord(
+                kind="generate",
+                priority=int(priority),
+                prompt_tokens=out.prompt_tokens,
+                cached_tokens=out.cached_tokens,
+                computed_tokens=out.computed_tokens,
+                status="done",
+                rid=out.rid,
+            )
+        )
+        return out
+
+    async def abort(self, rid: str) -> None:
+        await self.inner.abort(rid)
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.inner.decode(ids)
+
+    async def stats(self) -> EngineStats:
+        return await self.inner.stats()
+
+    async def flush_cache(self) -> None:
+        await self.inner.flush_cache()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,267 @@
+"""Benchmark figures: per-mode statistics, the headline ratios, a table, JSON and a TTFT plot.
+
+Definitions (the runtime's, see :mod:`agentwarm.runtime.result`):
+
+* TTFT: time to first token of each step's LLM call, as the node saw it.
+* makespan: wall time of one episode (one workflow run), averaged over episodes; for baselines
+  run with ``fast_baselines`` it is the run's wall time plus its (not slept) think time.
+* ``computed_tokens``: prompt tokens the engine prefilled for the mode, live and speculative
+  (sum of the engine's per-request answers); ``wasted_tokens``: those computed by speculative
+  prefetches whose target was not taken; ``useful_tokens`` the rest.
+* ``acceptance_ratio``: speculative prefetches taken / issued (``None`` when none was issued);
+  ``branch_hit_rate``: steps whose node had been prefetched / steps with a previous step.
+* ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
+  ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from agentwarm.bench.modes import MODES, ModeRun
+from agentwarm.errors import ConfigError
+from agentwarm.runtime import summarize
+
+__all__ = ("BenchReport", "headline", "mode_figures", "require_matplotlib")
+
+
+def mode_figures(run: ModeRun) -> dict[str, Any]:
+    """Figures of one mode (see the module docstring for the definitions)."""
+    s = summarize(run.results)
+    steps = [st for r in run.results for st in r.steps]
+    confirmed = [p for st in steps for p in st.prefetches if not p.speculative]
+    spec = [p for r in run.results for p in r.speculative_prefetches]
+    live = [q for q in run.requests if q.kind == "generate"]
+    prefills = [q for q in run.requests if q.kind == "prefill"]
+    computed = sum(q.computed_tokens for q in run.requests)
+    mismatched = sum(
+        1
+        for q in run.requests
+        if q.status == "done" and q.cached_tokens + q.computed_tokens != q.prompt_tokens
+    )
+    hit = [st.ttft_s for st in steps if st.prefetched and st.ttft_s is not None]
+    miss = [
+        st.ttft_s
+        for st in steps
+        if not st.prefetched and st.outcome != "none" and st.ttft_s is not None
+    ]
+    prompt = s["prompt_tokens"]
+    think = run.accounted_think_s or [0.0] * len(run.results)
+    makespans = [r.duration_s + t for r, t in zip(run.results, think, strict=True)]
+    live_pre = [st.prompt_tokens - st.cached_tokens for st in steps if st.prefetched]
+    live_other = [
+        st.prompt_tokens - st.cached_tokens
+        for st in steps
+        if not st.prefetched and st.outcome != "none"
+    ]
+    return {
+        "episodes": len(run.results),
+        "steps": s["steps"],
+        "ttft_mean_s": s["ttft_mean_s"],
+        "ttft_p50_s": s["ttft_p50_s"],
+        "ttft_p95_s": s["ttft_p95_s"],
+        "makespan_s": statistics.fmean(makespans) if makespans else None,
+        "wall_s": run.wall_s,
+        "prompt_tokens": prompt,
+        "cached_tokens": s["cached_tokens"],
+        "cache_hit_ratio": s["cached_tokens"] / prompt if prompt else 0.0,
+        "computed_tokens": computed,
+        "live_computed_tokens": sum(q.computed_tokens for q in live),
+        "prefill_computed_tokens": sum(q.computed_tokens for q in prefills),
+        "confirmed_computed_tokens": sum(p.computed_tokens for p in confirmed),
+        "useful_tokens": computed - s["wasted_tokens"],
+        "wasted_tokens": s["wasted_tokens"],
+        "acceptance_ratio": s["acceptance_ratio"] if s["prefetches_issued"] else None,
+        "branch_hit_rate": s["branch_hit_rate"],
+        "prefetches_issued": s["prefetches_issued"],
+        "prefetch_hits": s["prefetch_hits"],
+        "prefetch_requests": sum(p.requests for p in spec),
+        "ttft_prefetched_mean_s": statistics.fmean(hit) if hit else None,
+        "ttft_not_prefetched_mean_s": statistics.fmean(miss) if miss else None,
+        "live_computed_mean_prefetched": statistics.fmean(live_pre) if live_pre else None,
+        "live_computed_mean_not_prefetched": (statistics.fmean(live_other) if live_other else None),
+        "think_accounted_s": sum(think),
+        "requests": len(run.requests),
+        "accounting_mismatched_requests": mismatched,
+        "engine_computed_tokens": (
+            run.engine_stats["computed_tokens"] if run.engine_stats is not None else None
+        ),
+        "pretrained_transitions": run.pretrained_transitions,
+    }
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den == 0:
+        return None
+    return num / den
+
+
+def headline(modes: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """``gap_closed`` and the speedups vs reactive (``None`` where a mode is missing or the
+    denominator is zero)."""
+    r, a, o = (modes.get(m, {}) for m in ("reactive", "agentwarm", "oracle"))
+    rt, at, ot = r.get("ttft_mean_s"), a.get("ttft_mean_s"), o.get("ttft_mean_s")
+    gap = None
+    if rt is not None and at is not None and ot is not None and rt != ot:
+        gap = (rt - at) / (rt - ot)
+    return {
+        "gap_closed": gap,
+        "ttft_speedup_vs_reactive": _ratio(rt, at),
+        "makespan_speedup_vs_reactive": _ratio(r.get("makespan_s"), a.get("makespan_s")),
+        "oracle_ttft_speedup_vs_reactive": _ratio(rt, ot),
+        "reactive_ttft_speedup_vs_cold": _ratio(modes.get("cold", {}).get("ttft_mean_s"), rt),
+    }
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`ConfigError` with install advice when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed: pip install 'agentwarm[plot]'"
+        ) from exc
+
+
+@dataclass
+class BenchReport:
+    """The benchmark's outcome: configuration, per-mode figures, headline ratios; and, not
+    part of :meth:`to_dict`, each mode's per-step TTFTs (for plots) and raw :class:`ModeRun`
+    (run results and per-request engine answers)."""
+
+    config: dict[str, Any]
+    workload: dict[str, Any]
+    modes: dict[str, dict[str, Any]]
+    ttfts: dict[str, list[float]] = field(default_factory=dict)
+    runs: dict[str, ModeRun] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @classmethod
+    def from_runs(
+        cls, runs: list[ModeRun], *, config: dict[str, Any], workload: dict[str, Any]
+    ) -> BenchReport:
+        return cls(
+            config=config,
+            workload=workload,
+            modes={r.mode: mode_figures(r) for r in runs},
+            ttfts={
+                r.mode: [s.ttft_s for res in r.results for s in res.steps if s.ttft_s is not None]
+                for r in runs
+            },
+            runs={r.mode: r for r in runs},
+        )
+
+    @property
+    def headline(self) -> dict[str, float | None]:
+        return headline(self.modes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """One JSON-serializable object: ``modes``, the headline keys, ``config``,
+        ``workload`` and ``elapsed_s``."""
+        return {
+            "modes": self.modes,
+            **self.headline,
+            "config": self.config,
+            "workload": self.workload,
+            "elapsed_s": self.elapsed_s,
+        }
+
+    def render(self, console: Console) -> None:
+        """Print the comparison table (one column per mode) and the headline line."""
+        modes = [m for m in MODES if m in self.modes]
+        first = self.modes[modes[0]]
+        table = Table(
+            title=f"agentwarm bench · {self.config.get('layout', '')} layout · "
+            f"{first['episodes']} episodes, {first['steps']} steps",
+            title_justify="left",
+            header_style="bold",
+        )
+        table.add_column("")
+        for m in modes:
+            table.add_column(m, justify="right")
+        rows: list[tuple[str, str, Any]] = [
+            ("TTFT mean ms", "ttft_mean_s", _ms),
+            ("TTFT p50 ms", "ttft_p50_s", _ms),
+            ("TTFT p95 ms", "ttft_p95_s", _ms),
+            ("episode makespan s", "makespan_s", _s),
+            ("prompt tokens cached", "cache_hit_ratio", _pct),
+            ("prefill tokens computed", "computed_tokens", str),
+            ("  of which wasted", "wasted_tokens", str),
+            ("acceptance ratio", "acceptance_ratio", _pct),
+            ("branch hit rate", "branch_hit_rate", _pct),
+        ]
+        for label, key, fmt in rows:
+            cells = []
+            for m in modes:
+                value = self.modes[m][key]
+                spec = self.modes[m]["prefetches_issued"] > 0
+                cells.append("—" if key == "branch_hit_rate" and not spec else fmt(value))
+            table.add_row(label, *cells)
+        console.print(table)
+        h = self.headline
+        console.print(
+            f"gap closed [bold]{_num(h['gap_closed'])}[/] · TTFT speedup vs reactive "
+            f"[bold]{_x(h['ttft_speedup_vs_reactive'])}[/] (oracle "
+            f"{_x(h['oracle_ttft_speedup_vs_reactive'])}) · makespan speedup "
+            f"{_x(h['makespan_speedup_vs_reactive'])} · {self.elapsed_s:.0f} s"
+        )
+
+    def plot(self, path: Path) -> None:
+        """Write the TTFT CDF of every mode to ``path`` (PNG); needs matplotlib."""
+        require_matplotlib()
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for mode in [m for m in MODES if m in self.ttfts]:
+            xs = sorted(v * 1000 for v in self.ttfts[mode])
+            if not xs:
+                continue
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", label=mode)
+        ax.set_xscale("log")
+        ax.set_xlabel("TTFT (ms, log scale)")
+        ax.set_ylabel("fraction of steps")
+        ax.set_ylim(0, 1.01)
+        ax.grid(True, which="both", alpha=0.3)
+        h = self.headline
+        ax.set_title(
+            f"TTFT CDF · {self.config.get('layout', '')} layout · gap closed "
+            f"{_num(h['gap_closed'])}"
+        )
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        try:
+            fig.savefig(path, dpi=120)
+        except OSError as exc:
+            raise ConfigError(f"--plot {path}: cannot write it ({exc.strerror})") from exc
+        finally:
+            plt.close(fig)
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v * 1000:.1f}"
+
+
+def _s(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def _x(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}×"

@@ -1,0 +1,424 @@
+"""The benchmark workload: recorded agent episodes replayed as a workflow.
+
+Each distinct step name of the trajectory file becomes a node; a synthetic entry node (the
+user's opening turn) precedes them. Every node declares every step and ``END`` as possible
+successors, so the graph says nothing about which tool follows which: only the predictor's
+learning does. A node replays its episode: one LLM call with a short output, a simulated tool
+result appended to the transcript, a simulated tool / user think time, then it returns the
+episode's next step.
+
+Prompt layouts (:data:`LAYOUTS`):
+
+* ``subagent`` — a specialised subagent per step: ``[shared policy + that step's instructions]
+  [that step's tool schema][transcript]``. Nodes share only the policy prefix, so reactive
+  caching reuses little when the step changes; prefetching the next subagent's prefix pays.
+* ``shared`` — one ReAct agent: ``[policy][all tool schemas][transcript]`` for every node.
+  Reactive caching already reuses almost everything; speculation must not cost latency here.
+
+Everything random (prompt text, tool results, think times) is a pure function of the seed, the
+episode id and the step index, so every mode replays exactly the same episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentwarm.bench import prompts
+from agentwarm.data import load_trajectories
+from agentwarm.errors import ConfigError
+from agentwarm.graphs import END, START, NodeSpec, Workflow, WorkflowGraph, node
+
+if TYPE_CHECKING:
+    from agentwarm.runtime import Context
+
+__all__ = (
+    "LAYOUTS",
+    "SCRIPT_KEY",
+    "Episode",
+    "EpisodeScript",
+    "PromptSizes",
+    "ThinkTime",
+    "Workload",
+    "load_episodes",
+    "split_episodes",
+)
+
+Layout = Literal["subagent", "shared"]
+LAYOUTS: tuple[str, ...] = ("subagent", "shared")
+SCRIPT_KEY = "bench_script"
+"""Key of the :class:`EpisodeScript` in a run's ``state``."""
+
+_ENTRY = "opening_turn"
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """One recorded episode: its id and the ordered step names (possibly none)."""
+
+    id: str
+    steps: tuple[str, ...]
+
+
+def _line_of(path: Path, index: int) -> int:
+    """1-based line number of the ``index``-th non-blank line of ``path``."""
+    seen = -1
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            seen += 1
+            if seen == index:
+                return lineno
+    return 0
+
+
+def load_episodes(path: Path | str | None = None) -> list[Episode]:
+    """Episodes of a trajectory file (JSON lines, each an object with a ``"steps"`` list of
+    step names; default: the packaged tau2-bench retail file). Episode ids are the line order.
+
+    Raises :class:`ConfigError` naming the file and line for unreadable files, malformed lines
+    and step names that cannot be node names (empty, or the reserved ``__end__`` /
+    ``__start__``), and for a file with no steps at all.
+    """
+    trajectories = load_trajectories(path)
+    name = str(path) if path is not None else "the packaged tau2 retail trajectories"
+    episodes: list[Episode] = []
+    for i, steps in enumerate(trajectories):
+        bad = [s for s in steps if not s.strip() or s in (END, START)]
+        if bad:
+            where = f"{path}:{_line_of(Path(path), i)}" if path is not None else name
+            raise ConfigError(
+                f"{where}: step name {bad[0]!r} cannot be a node name; step names must be "
+                f"non-empty and not {END!r} or {START!r}"
+            )
+        episodes.append(Episode(id=str(i), steps=tuple(steps)))
+    if not any(e.steps for e in episodes):
+        raise ConfigError(f'{name}: holds no steps; each line needs a non-empty "steps" list')
+    return episodes
+
+
+def split_episodes(
+    episodes: Sequence[Episode], *, seed: int, test_fraction: float
+) -> tuple[list[Episode], list[Episode]]:
+    """Shuffle with ``seed`` and split into (train, test); the test split keeps at least one
+    episode, and the train split too when there are two or more."""
+    if not 0.0 < test_fraction <= 1.0:
+        raise ConfigError(f"test fraction must be in (0, 1], got {test_fraction}")
+    order = list(episodes)
+    random.Random(seed).shuffle(order)
+    n_test = max(1, round(len(order) * test_fraction))
+    if len(order) > 1 and test_fraction < 1.0:
+        n_test = min(n_test, len(order) - 1)
+    return order[n_test:], order[:n_test]
+
+
+_THINK_KINDS: dict[str, tuple[str, ...]] = {
+    "const": (),
+    "uniform": ("low", "high"),
+    "lognormal": ("mean", "sigma"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTime:
+    """A think-time distribution, parsed from ``const:S``, ``uniform:low=A,high=B`` or
+    ``lognormal:mean=M,sigma=S`` (mean ``M`` seconds of the lognormal itself)."""
+
+    kind: str
+    params: tuple[tuple[str, float], ...]
+
+    @classmethod
+    def parse(cls, spec: str) -> ThinkTime:
+        kind, _, rest = spec.strip().partition(":")
+        if kind not in _THINK_KINDS:
+            raise ConfigError(
+                f"think time {spec!r}: unknown distribution {kind!r}; use const:0.5, "
+                "uniform:low=0.5,high=2 or lognormal:mean=1.0,sigma=0.5"
+            )
+        values: dict[str, float] = {}
+        try:
+            if kind == "const":
+                values["value"] = float(rest)
+            else:
+                for item in filter(None, (x.strip() for x in rest.split(","))):
+                    key, _, val = item.partition("=")
+                    values[key.strip()] = float(val)
+        except ValueError as exc:
+            raise ConfigError(f"think time {spec!r}: {exc}") from exc
+        need = _THINK_KINDS[kind] or ("value",)
+        if sorted(values) != sorted(need):
+            raise ConfigError(f"think time {spec!r}: {kind} needs exactly {', '.join(need)}")
+        if any(v < 0 or not math.isfinite(v) for v in values.values()):
+            raise ConfigError(f"think time {spec!r}: values must be finite and >= 0")
+        if kind == "uniform" and values["low"] > values["high"]:
+            raise ConfigError(f"think time {spec!r}: low must not exceed high")
+        return cls(kind, tuple(sorted(values.items())))
+
+    @property
+    def mean(self) -> float:
+        p = dict(self.params)
+        if self.kind == "const":
+            return p["value"]
+        if self.kind == "uniform":
+            return (p["low"] + p["high"]) / 2
+        return p["mean"]
+
+    def sample(self, rng: random.Random) -> float:
+        p = dict(self.params)
+        if self.kind == "const":
+            return p["value"]
+        if self.kind == "uniform":
+            return rng.uniform(p["low"], p["high"])
+        if p["mean"] == 0:
+            return 0.0
+        sigma = p["sigma"]
+        return rng.lognormvariate(math.log(p["mean"]) - sigma * sigma / 2, sigma)
+
+    def __str__(self) -> str:
+        p = dict(self.params)
+        if self.kind == "const":
+            return f"const:{p['value']:g}"
+        return f"{self.kind}:" + ",".join(f"{k}={v:g}" for k, v in self.params)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSizes:
+    """Token sizes of the generated prompt parts (ranges are ``(low, high)`` inclusive; each
+    step or call draws its size from them deterministically)."""
+
+    policy: int = 1000
+    instructions: tuple[int, int] = (300, 600)
+    schema: tuple[int, int] = (120, 240)
+    opening: tuple[int, int] = (60, 120)
+    result: tuple[int, int] = (60, 360)
+    output_tokens: int = 12
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeScript:
+    """What the replaying nodes of one run need: the node sequence (entry, steps, ``END``),
+    the opening message, one tool result and one think time per node.
+
+    Node ``k`` of the run (``len(ctx.path) == k + 1``) returns ``names[k + 1]``. With
+    ``sleep_think=False`` the nodes do not wait out their think time (the caller accounts for
+    it): only right when nothing could use the engine meanwhile, i.e. without speculation.
+    """
+
+    episode: Episode
+    names: tuple[str, ...]
+    opening: str
+    results: tuple[str, ...]
+    think_s: tuple[float, ...]
+    sleep_think: bool = True
+
+    def next_after(self, path_len: int) -> str:
+        """The true successor of the ``path_len``-th node of the run."""
+        if 0 < path_len < len(self.names):
+            return self.names[path_len]
+        return END
+
+
+@dataclass
+class Workload:
+    """Prompts and workflow of a benchmark; build with :meth:`build`.
+
+    ``system`` / ``tools`` map each node to its static prompt head (per :data:`LAYOUTS`);
+    ``longest`` is the most steps of any episode it was built for (episodes replayed on its
+    workflow must not be longer).
+    """
+
+    steps: tuple[str, ...]
+    entry: str
+    layout: str
+    seed: int
+    sizes: PromptSizes
+    think: ThinkTime
+    chars_per_token: float
+    system: dict[str, str]
+    tools: dict[str, tuple[dict[str, Any], ...]]
+    longest: int
+    _result_tokens: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        episodes: Sequence[Episode],
+        *,
+        encode: Callable[[str], list[int]],
+        layout: str = "subagent",
+        seed: int = 0,
+        sizes: PromptSizes | None = None,
+        think: ThinkTime | None = None,
+        system_text: str | None = None,
+        tool_schemas: Sequence[dict[str, Any]] | None = None,
+    ) -> Workload:
+        """Prompts for the step names of ``episodes``, sized in tokens of ``encode``.
+
+        ``system_text`` replaces the generated policy; ``tool_schemas`` (OpenAI-style, matched
+        to steps by ``function.name``) replace the generated schemas and must cover every step.
+        """
+        if layout not in LAYOUTS:
+            raise ConfigError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        sizes = sizes or PromptSizes()
+        steps = tuple(dict.fromkeys(s for e in episodes for s in e.steps))
+        if not steps:
+            raise ConfigError("the episodes hold no steps")
+        entry = _ENTRY
+        while entry in steps:
+            entry += "_"
+        cpt = prompts.chars_per_token(encode, seed)
+        policy = (
+            system_text if system_text is not None else prompts.policy_text(seed, sizes.policy, cpt)
+        )
+        schemas = _match_schemas(steps, tool_schemas, seed, sizes, cpt)
+        system: dict[str, str] = {}
+        tools: dict[str, tuple[dict[str, Any], ...]] = {}
+        all_tools = tuple(schemas[s] for s in steps)
+        for name in (entry, *steps):
+            if layout == "shared":
+                system[name], tools[name] = policy, all_tools
+                continue
+            if name == entry:
+                rules = prompts.instructions_text(seed, name, sizes.instructions[0], cpt)
+                system[name], tools[name] = f"{policy}\n\n{rules}", ()
+                continue
+            n = prompts.rng_for(seed, "instructions-size", name).randint(*sizes.instructions)
+            rules = prompts.instructions_text(seed, name, n, cpt)
+            system[name], tools[name] = f"{policy}\n\n{rules}", (schemas[name],)
+        result_tokens = {
+            s: prompts.rng_for(seed, "result-size", s).randint(*sizes.result) for s in steps
+        }
+        return cls(
+            steps=steps,
+            entry=entry,
+            layout=layout,
+            seed=seed,
+            sizes=sizes,
+            think=think or ThinkTime.parse("const:0"),
+            chars_per_token=cpt,
+            system=system,
+            tools=tools,
+            longest=max(len(e.steps) for e in episodes),
+            _result_tokens=result_tokens,
+        )
+
+    def workflow(self, name: str = "bench") -> Workflow:
+        """The replay workflow: the entry node and one node per step, each declaring every
+        step and ``END`` as successors."""
+        successors = [*self.steps, END]
+        out = self.sizes.output_tokens
+        specs: list[NodeSpec] = []
+        for n in (self.entry, *self.steps):
+            specs.append(
+                node(
+                    name=n,
+                    system=self.system[n],
+                    tools=list(self.tools[n]),
+                    next=successors,
+                    entry=n == self.entry,
+                    max_tokens=out,
+                )(_replay)
+            )
+        return WorkflowGraph(name).add(*specs).compile(max_steps=self.longest + 1)
+
+    def script(self, episode: Episode) -> EpisodeScript:
+        """The deterministic replay script of ``episode``."""
+        cpt, seed, sizes = self.chars_per_token, self.seed, self.sizes
+        names = (self.entry, *episode.steps, END)
+        open_n = prompts.rng_for(seed, "opening-size", episode.id).randint(*sizes.opening)
+        results: list[str] = [""]
+        for i, step in enumerate(episode.steps, start=1):
+            rng = prompts.rng_for(seed, "result-jitter", episode.id, i)
+            n = max(8, round(self._result_tokens[step] * rng.uniform(0.7, 1.3)))
+            results.append(prompts.tool_result_text(seed, episode.id, i, step, n, cpt))
+        think_rng = prompts.rng_for(seed, "think", episode.id)
+        think = tuple(self.think.sample(think_rng) for _ in range(len(names) - 1))
+        return EpisodeScript(
+            episode=episode,
+            names=names,
+            opening=prompts.opening_text(seed, episode.id, open_n, cpt),
+            results=tuple(results),
+            think_s=think,
+        )
+
+    def describe(self, encode: Callable[[str], list[int]]) -> dict[str, Any]:
+        """Token sizes of the static prompt heads, for the report."""
+        from agentwarm.runtime.prompt import render_system, render_tools
+
+        heads = [
+            len(encode(render_system(self.system[n]))) + len(encode(render_tools(self.tools[n])))
+            for n in (self.entry, *self.steps)
+        ]
+        return {
+            "layout": self.layout,
+            "nodes": len(self.steps) + 1,
+            "static_prompt_tokens_min": min(heads),
+            "static_prompt_tokens_max": max(heads),
+        }
+
+
+def _match_schemas(
+    steps: Sequence[str],
+    given: Sequence[dict[str, Any]] | None,
+    seed: int,
+    sizes: PromptSizes,
+    cpt: float,
+) -> dict[str, dict[str, Any]]:
+    if given is None:
+        return {
+            s: prompts.tool_schema(
+                seed, s, prompts.rng_for(seed, "schema-size", s).randint(*sizes.schema), cpt
+            )
+            for s in steps
+        }
+    by_name: dict[str, dict[str, Any]] = {}
+    for schema in given:
+        fn = schema.get("function") if isinstance(schema, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if isinstance(name, str):
+            by_name[name] = schema
+    missing = [s for s in steps if s not in by_name]
+    if missing:
+        raise ConfigError(
+            f"the tools file has no schema (function.name) for step(s) {', '.join(missing)}; "
+            "give a schema for every step name of the trajectories"
+        )
+    return {s: by_name[s] for s in steps}
+
+
+def read_tools_file(path: Path) -> list[dict[str, Any]]:
+    """Tool schemas from a JSON file holding a list of OpenAI-style schemas."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"--tools {path}: cannot read it ({exc.strerror})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--tools {path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+        raise ConfigError(f"--tools {path}: expected a JSON list of tool schema objects")
+    return data
+
+
+def read_system_file(path: Path) -> str:
+    """The shared policy text from a file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--system {path}: cannot read it ({exc})") from exc
+
+
+async def _replay(ctx: Context) -> str:
+    """Replay one step: LLM call, tool result, think time, then the recorded next step."""
+    script: EpisodeScript = ctx.state[SCRIPT_KEY]
+    k = len(ctx.path) - 1
+    await ctx.llm(script.opening if k == 0 else None)
+    if script.results[k]:
+        ctx.add(script.results[k], role="tool")
+    if script.sleep_think and script.think_s[k] > 0:
+        await asyncio.sleep(script.think_s[k])
+    return script.next_after(len(ctx.path))

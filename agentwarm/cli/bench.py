@@ -1,0 +1,211 @@
+"""``agentwarm bench``: replay agent trajectories in cold / reactive / agentwarm / oracle mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from agentwarm.bench import LAYOUTS, MODES, BenchConfig, profile, run_bench
+from agentwarm.bench.report import BenchReport, require_matplotlib
+from agentwarm.cli._engines import open_engine
+from agentwarm.cli._errors import cli_errors
+from agentwarm.engines.base import Engine
+from agentwarm.errors import ConfigError
+
+__all__ = ("bench", "register")
+
+
+def _modes(spec: str | None) -> tuple[str, ...] | None:
+    if spec is None:
+        return None
+    modes = tuple(m.strip() for m in spec.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ConfigError(f"--modes {spec!r}: choose among {', '.join(MODES)} (comma-separated)")
+    return modes
+
+
+def _config(base: BenchConfig, **changes: Any) -> BenchConfig:
+    update = {k: v for k, v in changes.items() if v is not None}
+    policy: dict[str, Any] = {k: update.pop(k) for k in ("top_n", "min_p") if k in update}
+    if policy:
+        update["policy"] = base.policy.model_copy(update=policy)
+    try:
+        return BenchConfig.model_validate({**base.model_dump(), **update})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"--{where.replace('_', '-')}: {msg}") from exc
+
+
+def bench(
+    profile_name: Annotated[
+        str, typer.Option("--profile", help="quick (tiny model, CI smoke test) | full.")
+    ] = "quick",
+    trajectories: Annotated[
+        Path | None,
+        typer.Option(
+            "--trajectories",
+            "-t",
+            help='JSONL of episodes ({"steps": [...]}); default: '
+            "the packaged tau2-bench retail step sequences.",
+        ),
+    ] = None,
+    system: Annotated[
+        Path | None, typer.Option("--system", help="Shared policy text file (else generated).")
+    ] = None,
+    tools: Annotated[
+        Path | None,
+        typer.Option("--tools", help="JSON list of tool schemas named like the steps."),
+    ] = None,
+    layout: Annotated[
+        str | None, typer.Option("--layout", help=f"Prompt layout: {' | '.join(LAYOUTS)}.")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="local | fake | http://HOST:PORT (SGLang or serve).")
+    ] = "local",
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Preset or checkpoint dir (local); tokenizer (URL)."),
+    ] = None,
+    chunk_size: Annotated[
+        int | None, typer.Option("--chunk-size", min=1, help="Prefill chunk (local engine).")
+    ] = None,
+    episodes: Annotated[
+        int | None, typer.Option("--episodes", "-n", min=1, help="Test episodes to replay.")
+    ] = None,
+    test_fraction: Annotated[
+        float | None, typer.Option("--test-fraction", help="Share of episodes held out.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Split, prompts, think times.")] = None,
+    think: Annotated[
+        str | None,
+        typer.Option(
+            "--think",
+            help="Think time: const:S | uniform:low=A,high=B | lognormal:mean=M,sigma=S (seconds).",
+        ),
+    ] = None,
+    pretrain: Annotated[
+        bool | None,
+        typer.Option("--pretrain/--no-pretrain", help="Fit the predictor on the train split."),
+    ] = None,
+    modes: Annotated[
+        str | None, typer.Option("--modes", help="Comma-separated subset of the modes.")
+    ] = None,
+    fast_baselines: Annotated[
+        bool | None,
+        typer.Option(
+            "--fast-baselines/--sleep-baselines",
+            help="cold/reactive: add think time to the makespan instead of sleeping it.",
+        ),
+    ] = None,
+    top_n: Annotated[
+        int | None, typer.Option("--top-n", min=1, max=16, help="Policy: successors per step.")
+    ] = None,
+    min_p: Annotated[
+        float | None, typer.Option("--min-p", min=0.0, max=1.0, help="Policy: min probability.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write the TTFT CDF per mode (PNG).")
+    ] = None,
+) -> None:
+    """Replay agent trajectories in four modes on fresh engines; compare TTFT and prefill work.
+
+    Modes: cold (no prefix reuse), reactive (radix cache only), agentwarm (speculative
+    prefetching, learned predictor), oracle (prefetching exactly the true next step).
+    """
+    with cli_errors():
+        _bench(
+            profile_name,
+            engine=engine,
+            model=model,
+            chunk_size=chunk_size,
+            as_json=as_json,
+            plot=plot,
+            changes=dict(
+                trajectories=trajectories,
+                system_file=system,
+                tools_file=tools,
+                layout=layout,
+                episodes=episodes,
+                test_fraction=test_fraction,
+                seed=seed,
+                think=think,
+                pretrain=pretrain,
+                modes=_modes(modes),
+                fast_baselines=fast_baselines,
+                top_n=top_n,
+                min_p=min_p,
+            ),
+        )
+
+
+def _bench(
+    profile_name: str,
+    *,
+    engine: str,
+    model: str | None,
+    chunk_size: int | None,
+    as_json: bool,
+    plot: Path | None,
+    changes: dict[str, Any],
+) -> None:
+    prof = profile(profile_name)
+    if plot is not None:
+        require_matplotlib()
+    config = _config(prof.config, **changes)
+    is_url = engine not in ("local", "fake")
+    model_name = model or prof.model
+
+    async def factory() -> Engine:
+        return await open_engine(engine, model_name, chunk_size=chunk_size)
+
+    label = engine if engine == "fake" else f"{engine}:{model_name}"
+    if is_url:
+        label = f"{engine} (tokenizer {model or 'from the server'})"
+    err = Console(stderr=True)
+    show = not as_json and err.is_terminal and os.environ.get("AGENTWARM_NO_PROGRESS") is None
+    report = _run(config, factory, label, err if show else None)
+    report.config["profile"] = prof.name
+    if plot is not None:
+        report.plot(plot)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict()))
+        return
+    report.render(Console())
+    if plot is not None:
+        Console().print(f"TTFT CDF written to {plot}")
+
+
+def _run(config: BenchConfig, factory: Any, label: str, console: Console | None) -> BenchReport:
+    if console is None:
+        return asyncio.run(run_bench(config, factory, engine_label=label))
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        tasks: dict[str, Any] = {}
+
+        def on_episode(mode: str, done: int, total: int) -> None:
+            if mode not in tasks:
+                tasks[mode] = progress.add_task(mode, total=total)
+            progress.update(tasks[mode], completed=done)
+
+        return asyncio.run(run_bench(config, factory, engine_label=label, on_episode=on_episode))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
