@@ -35,6 +35,7 @@ from agentwarm.errors import EngineUnavailable, InvalidRequest, RequestAborted
 __all__ = ("FakeEngine", "RequestLog")
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz     "
+_MAX_PIN_RIDS = 4096
 
 
 @dataclass(slots=True)
@@ -104,6 +105,7 @@ class FakeEngine(Engine):
         self.chunks = 0
         self._queue: list[_Item] = []
         self._by_rid: dict[str, _Item] = {}
+        self._pinned: dict[str, RadixNode[None]] = {}
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -131,7 +133,7 @@ class FakeEngine(Engine):
         session: str | None = None,
     ) -> PrefillResult:
         item = self._enqueue("prefill", ids, priority, rid, namespace, session)
-        cached, computed, aborted = await item.future
+        cached, computed, aborted = await self._wait(item)
         status = PrefillStatus.ABORTED if aborted else PrefillStatus.DONE
         return PrefillResult(item.rid, len(item.ids), cached, computed, status)
 
@@ -149,7 +151,7 @@ class FakeEngine(Engine):
     ) -> Completion:
         t0 = time.perf_counter()
         item = self._enqueue("generate", ids, priority, rid, namespace, session)
-        cached, _computed, aborted = await item.future
+        cached, _computed, aborted = await self._wait(item)
         if aborted:
             raise RequestAborted(f"request {item.rid} was aborted")
         n = max(1, max_tokens)
@@ -170,11 +172,26 @@ class FakeEngine(Engine):
         )
 
     async def abort(self, rid: str) -> None:
+        """Abort a queued or running request; for a finished speculative prefill, drop its pin
+        (the runtime aborts losing branches, whose prefixes should not crowd out live ones)."""
         self.aborts.append(rid)
         item = self._by_rid.get(rid)
         if item is not None:
             item.aborted = True
             self._kick()
+            return
+        pinned = self._pinned.pop(rid, None)
+        if pinned is not None:
+            self.cache.unpin(pinned)
+
+    async def _wait(self, item: _Item) -> tuple[int, int, bool]:
+        """Await ``item``; a caller that gives up (cancellation, timeout) aborts it."""
+        try:
+            return await asyncio.shield(item.future)
+        except asyncio.CancelledError:
+            item.aborted = True
+            self._kick()
+            raise
 
     async def stats(self) -> EngineStats:
         return EngineStats(
@@ -297,6 +314,9 @@ class FakeEngine(Engine):
         if item.node is not None:
             if item.kind == "prefill" and not aborted and item.priority < Priority.LIVE:
                 self.cache.pin(item.node, self.pin_ttl_s)
+                self._pinned[item.rid] = item.node
+                while len(self._pinned) > _MAX_PIN_RIDS:  # expired pins need no bookkeeping
+                    self._pinned.pop(next(iter(self._pinned)))
             self.cache.unlock(item.node)
             item.node = None
         cached = item.cached or 0

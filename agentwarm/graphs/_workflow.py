@@ -39,7 +39,7 @@ class Workflow:
     entry: str
     max_steps: int
     sample_inputs: tuple[str, ...] = ()
-    _sessions: dict[str, WorkflowSession] = field(default_factory=dict, repr=False)
+    _sessions: dict[tuple[int, str], WorkflowSession] = field(default_factory=dict, repr=False)
 
     def successors(self, node: str) -> list[str]:
         """Declared successors of ``node`` (may include ``END``), in declaration order."""
@@ -66,11 +66,11 @@ class Workflow:
         """
         from agentwarm.runtime.session import WorkflowSession
 
-        if predictor is not None:
-            return WorkflowSession(self, predictor=predictor, state_dir=state_dir)
-        key = str(state_dir) if state_dir is not None else ""
+        # One session per (predictor, state dir): the guardrail's history is kept across runs.
+        # The session holds the predictor, so its id stays unique while the entry exists.
+        key = (id(predictor) if predictor is not None else 0, str(state_dir or ""))
         if key not in self._sessions:
-            self._sessions[key] = WorkflowSession(self, state_dir=state_dir)
+            self._sessions[key] = WorkflowSession(self, predictor=predictor, state_dir=state_dir)
         return self._sessions[key]
 
     async def run(

@@ -10,7 +10,6 @@ from opentelemetry import trace
 
 from agentwarm import telemetry as tm
 from agentwarm.engines.base import Completion, Priority
-from agentwarm.runtime.prompt import render_step_text
 from agentwarm.runtime.transcript import Transcript
 
 if TYPE_CHECKING:
@@ -65,6 +64,8 @@ class Context:
         run, scope = self._run, self._scope
         spec = scope.spec
         t0 = time.perf_counter()
+        first = scope.step.llm_calls == 0
+        scope.step.llm_calls += 1
         ids = run.renderer.prompt_ids(spec, text)
         await run.prefetcher.before_live(spec.name)
         tokens = max_tokens if max_tokens is not None else spec.max_tokens
@@ -80,7 +81,7 @@ class Context:
             ),
         ) as span:
             if tm.capture_content():
-                span.set_attribute(tm.GEN_AI_INPUT_MESSAGES, render_step_text(text))
+                span.set_attribute(tm.GEN_AI_INPUT_MESSAGES, text or "")
             t_send = time.perf_counter()
             completion = await run.engine.generate(
                 ids,
@@ -104,12 +105,11 @@ class Context:
             if tm.capture_content():
                 span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
         step = scope.step
-        if step.llm_calls == 0:
+        if first:
             step.ttft_s = ttft
             step.prompt_tokens = completion.prompt_tokens
             step.cached_tokens = completion.cached_tokens
             run.instruments.record_ttft(run.workflow.name, ttft, step.outcome)
-        step.llm_calls += 1
         if record:
             if text:
                 self.transcript.add(text, role="user", node=spec.name)

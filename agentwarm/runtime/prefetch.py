@@ -8,8 +8,13 @@ Lifecycle per step::
                  (the step's own output is in the transcript) and add a successor the output
                  names, if any
     resolve      the step returned its next node(s): winners are hits (left running, the real
-                 request reuses them), losers are aborted; the predictor and guardrail observe
+                 request reuses them), losers are stopped; the predictor and guardrail observe
     warm         the actual next node's full known prefix is sent at once (a "confirmed" warm-up)
+
+``resolve`` never waits for the engine: losers are stopped (a request not yet sent is cancelled
+before it reaches the engine, one already sent is aborted) and settled in the background, so a
+wrong guess adds nothing to the critical path. Records and spans are final once the run's
+``aclose()`` returns.
 
 Nothing here may break a workflow: every speculative failure is logged and counted as outcome
 ``failed``; only the live request path raises.
@@ -18,11 +23,10 @@ Nothing here may break a workflow: every speculative failure is logged and count
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +34,7 @@ from asyncio_throttle import Throttler
 from opentelemetry import trace
 
 from agentwarm import telemetry as tm
-from agentwarm.engines.base import Engine, PrefillResult, Priority, new_rid
+from agentwarm.engines.base import Engine, PrefillResult, PrefillStatus, Priority, new_rid
 from agentwarm.graphs._node import END, NodeSpec
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
@@ -45,26 +49,49 @@ __all__ = ("Prefetcher", "StepScope")
 
 log = logging.getLogger(__name__)
 
-_ABORT_WAIT_S = 5.0
+_CLOSE_WAIT_S = 5.0
 
 
 @dataclass(eq=False)
-class _Prefetch:
-    record: PrefetchRecord
-    span: trace.Span
-    rid: str = ""
-    ids_len: int = 0
+class _Request:
+    """One prefill request sent (or about to be sent) for a prefetch."""
+
+    rid: str
+    ids_len: int
     task: asyncio.Task[PrefillResult | None] | None = None
-    tasks: list[asyncio.Task[PrefillResult | None]] = field(default_factory=list)
+    sent: bool = False
+    dropped: bool = False
     failed: bool = False
+    result: PrefillResult | None = None
 
     @property
     def running(self) -> bool:
         return self.task is not None and not self.task.done()
 
     @property
-    def pending(self) -> list[asyncio.Task[PrefillResult | None]]:
-        return [t for t in self.tasks if not t.done()]
+    def stopped(self) -> bool:
+        aborted = self.result is not None and self.result.status is PrefillStatus.ABORTED
+        return self.dropped or aborted
+
+
+@dataclass(eq=False)
+class _Prefetch:
+    """All requests for one target in one step (a refresh supersedes the previous request)."""
+
+    record: PrefetchRecord
+    span: trace.Span
+    requests: list[_Request] = field(default_factory=list)
+
+    @property
+    def latest(self) -> _Request | None:
+        return self.requests[-1] if self.requests else None
+
+    @property
+    def failed(self) -> bool:
+        return self.latest is not None and self.latest.failed
+
+    def tasks(self) -> list[asyncio.Task[PrefillResult | None]]:
+        return [r.task for r in self.requests if r.task is not None]
 
 
 @dataclass(eq=False)
@@ -111,6 +138,8 @@ class Prefetcher:
             self.budget = min(self.budget, int(capacity_tokens * policy.capacity_fraction))
         self._tracer = tm.get_tracer()
         self._instruments = tm.instruments()
+        self._open: set[StepScope] = set()
+        self._all: list[_Prefetch] = []
         self._confirmed: dict[str, _Prefetch] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.failures = 0
@@ -119,6 +148,7 @@ class Prefetcher:
 
     def begin_step(self, scope: StepScope) -> None:
         """Predict the successors of ``scope``'s node and submit speculative prefills."""
+        self._open.add(scope)
         try:
             candidates = self.workflow.successors(scope.spec.name)
             scope.predictions = list(
@@ -135,6 +165,8 @@ class Prefetcher:
             spent = 0
             for rank, name, p in chosen:
                 ids = self.renderer.prefix_ids(self.workflow.nodes[name])
+                if not ids:
+                    continue
                 if spent + len(ids) > self.budget:
                     break
                 spent += len(ids)
@@ -151,13 +183,15 @@ class Prefetcher:
         if not self.policy.refresh_after_llm or self.guardrail.limits(self.policy).paused:
             return
         try:
-            targets = [t for t, pf in scope.prefetches.items() if not pf.failed]
+            targets = list(scope.prefetches)
             hinted = self._hinted(scope, output_text)
             if hinted is not None and hinted not in scope.prefetches:
                 targets.append(hinted)
             spent = 0
             for target in targets:
                 ids = self.renderer.prefix_ids(self.workflow.nodes[target])
+                if not ids:
+                    continue
                 if spent + len(ids) > self.budget:
                     break
                 spent += len(ids)
@@ -165,9 +199,9 @@ class Prefetcher:
                 if pf is None:
                     p = dict(scope.predictions).get(target, 0.0)
                     self._start(scope, target, p, -1, ids)
-                elif len(ids) > pf.ids_len:
-                    if pf.running:
-                        self._spawn(self.engine.abort(pf.rid))
+                elif pf.latest is None or len(ids) > pf.latest.ids_len:
+                    if pf.latest is not None and pf.latest.running:
+                        self._stop(pf.latest)
                     self._submit(pf, ids, Priority.SPECULATIVE)
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
@@ -193,17 +227,18 @@ class Prefetcher:
         ]
         return named[0] if len(named) == 1 else None
 
-    def _start(
-        self, scope: StepScope, target: str, p: float, rank: int, ids: list[int]
+    def _new_prefetch(
+        self, scope: StepScope, target: str, kind: str, p: float, rank: int, ids: list[int]
     ) -> _Prefetch:
         record = PrefetchRecord(
             target=target,
             probability=p,
             rank=rank,
-            kind=SPECULATIVE,
+            kind=kind,
             tokens=len(ids),
             issued_after_s=time.perf_counter() - scope.started,
         )
+        speculative = kind == SPECULATIVE
         span = self._tracer.start_span(
             tm.SPAN_PREFILL,
             attributes=tm.prefill_attributes(
@@ -211,46 +246,73 @@ class Prefetcher:
                 run_id=self.run_id,
                 source=scope.spec.name,
                 target=target,
-                kind=SPECULATIVE,
+                kind=kind,
                 tokens=len(ids),
-                probability=p,
-                rank=rank,
+                probability=p if speculative else None,
+                rank=rank if speculative else None,
             ),
         )
-        pf = _Prefetch(record=record, span=span)
-        scope.prefetches[target] = pf
         scope.step.prefetches.append(record)
+        pf = _Prefetch(record=record, span=span)
+        self._all.append(pf)
+        return pf
+
+    def _start(
+        self, scope: StepScope, target: str, p: float, rank: int, ids: list[int]
+    ) -> _Prefetch:
+        pf = self._new_prefetch(scope, target, SPECULATIVE, p, rank, ids)
+        scope.prefetches[target] = pf
         self._instruments.record_issued(self.workflow.name)
         self._submit(pf, ids, Priority.SPECULATIVE)
         return pf
 
-    def _submit(self, pf: _Prefetch, ids: list[int], priority: int) -> None:
-        pf.rid = new_rid()
-        pf.ids_len = len(ids)
+    def _submit(
+        self,
+        pf: _Prefetch,
+        ids: list[int],
+        priority: int,
+        after: asyncio.Task[Any] | None = None,
+    ) -> _Request:
+        req = _Request(rid=new_rid(), ids_len=len(ids))
+        req.task = asyncio.get_running_loop().create_task(
+            self._prefill(pf, req, ids, priority, after)
+        )
+        pf.requests.append(req)
         pf.record.tokens = max(pf.record.tokens, len(ids))
         pf.record.requests += 1
-        pf.task = asyncio.get_running_loop().create_task(self._prefill(pf, ids, pf.rid, priority))
-        pf.tasks.append(pf.task)
+        return req
 
     async def _prefill(
-        self, pf: _Prefetch, ids: list[int], rid: str, priority: int
+        self,
+        pf: _Prefetch,
+        req: _Request,
+        ids: list[int],
+        priority: int,
+        after: asyncio.Task[Any] | None,
     ) -> PrefillResult | None:
         try:
-            async with self.throttler:
-                result = await asyncio.wait_for(
-                    self.engine.prefill(
-                        ids,
-                        priority=priority,
-                        rid=rid,
-                        namespace=self.namespace,
-                        session=self.run_id,
-                    ),
-                    timeout=self.policy.prefill_timeout_s,
-                )
+            if after is not None:
+                await asyncio.wait([after])
+            if priority < Priority.LIVE:  # speculation is rate-limited, confirmed warm-ups not
+                await self.throttler.acquire()
+            if req.dropped:
+                return None
+            req.sent = True
+            result = await asyncio.wait_for(
+                self.engine.prefill(
+                    ids,
+                    priority=priority,
+                    rid=req.rid,
+                    namespace=self.namespace,
+                    session=self.run_id,
+                ),
+                timeout=self.policy.prefill_timeout_s,
+            )
         except asyncio.CancelledError:
+            req.dropped = True
             raise
         except Exception as exc:
-            pf.failed = True
+            req.failed = True
             self.failures += 1
             log.warning(
                 "prefetch of %r failed (%s: %s); the workflow continues without it",
@@ -259,10 +321,22 @@ class Prefetcher:
                 exc,
             )
             if isinstance(exc, TimeoutError):
-                self._spawn(self._quiet_abort(rid))
+                self._spawn(self._quiet_abort(req.rid))
             return None
+        req.result = result
         pf.record.computed_tokens += result.computed_tokens
         return result
+
+    def _stop(self, req: _Request) -> None:
+        """Stop a request: cancel it before it reaches the engine, else abort it there."""
+        if not req.running:
+            return
+        if not req.sent:
+            req.dropped = True
+            assert req.task is not None
+            req.task.cancel()
+        else:
+            self._spawn(self._quiet_abort(req.rid))
 
     async def _quiet_abort(self, rid: str) -> None:
         try:
@@ -270,131 +344,150 @@ class Prefetcher:
         except Exception as exc:
             log.debug("abort of %s failed: %s", rid, exc)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     # --- resolve ----------------------------------------------------------------------------
 
-    async def resolve(self, scope: StepScope, actual: Sequence[str]) -> set[str]:
-        """The step chose ``actual``: settle every prefetch; return the targets that were hits."""
+    def resolve(self, scope: StepScope, actual: Sequence[str]) -> set[str]:
+        """The step chose ``actual``: settle every prefetch; return the targets that were hits.
+
+        Does not wait for the engine: losers are stopped and settled in the background.
+        """
+        self._open.discard(scope)
         hits: set[str] = set()
-        losers: list[_Prefetch] = []
         for target, pf in scope.prefetches.items():
             if target in actual and not pf.failed:
                 hits.add(target)
                 pf.record.outcome = Outcome.HIT
                 self._instruments.record_hit(self.workflow.name)
-                if pf.running and pf.task is not None:
-                    # Left running: the real request reuses (or waits for) its work.
-                    self._background.add(pf.task)
-                    pf.task.add_done_callback(self._background.discard)
-                    pf.task.add_done_callback(functools.partial(self._end_span_cb, pf))
-                else:
-                    self._end_span(pf)
+                self._spawn(self._settle(pf, hit=True))
             else:
-                losers.append(pf)
-        for pf in losers:
-            if pf.running:
-                pf.record.outcome = Outcome.CANCELLED
-                await self._quiet_abort(pf.rid)
-            else:
-                pf.record.outcome = Outcome.FAILED if pf.failed else Outcome.WASTED
-        for pf in losers:
-            pending = pf.pending
-            if pending:
-                _, still = await asyncio.wait(pending, timeout=_ABORT_WAIT_S)
-                if still:
-                    log.warning("prefetch of %r did not stop after abort", pf.record.target)
-            if pf.failed and pf.record.outcome == Outcome.WASTED:
-                pf.record.outcome = Outcome.FAILED
-            self._instruments.record_wasted(self.workflow.name, pf.record.computed_tokens)
-            self._end_span(pf)
+                self._drop(pf)
         self._observe(scope, actual)
         return hits
+
+    def abandon(self, scope: StepScope) -> None:
+        """The step failed or was cancelled: stop and settle its prefetches (no observation)."""
+        if scope in self._open:
+            self._open.discard(scope)
+            for pf in scope.prefetches.values():
+                self._drop(pf)
+
+    def _drop(self, pf: _Prefetch) -> None:
+        for req in pf.requests:
+            self._stop(req)
+        self._spawn(self._settle(pf, hit=False))
+
+    async def _settle(self, pf: _Prefetch, *, hit: bool) -> None:
+        """Wait for the prefetch's requests to end, then fix its outcome and end its span."""
+        pending = [t for t in pf.tasks() if not t.done()]
+        if pending:
+            await asyncio.wait(pending)
+        if pf.record.kind == CONFIRMED:
+            latest = pf.latest
+            stopped = latest is not None and latest.stopped
+            pf.record.outcome = (
+                Outcome.FAILED if pf.failed else Outcome.CANCELLED if stopped else Outcome.HIT
+            )
+        elif hit:
+            if not any(r.result is not None for r in pf.requests):
+                # Every request failed or was dropped: the cache never got this prefix.
+                pf.record.outcome = Outcome.FAILED
+        else:
+            if pf.failed:
+                pf.record.outcome = Outcome.FAILED
+            elif any(r.stopped for r in pf.requests):
+                pf.record.outcome = Outcome.CANCELLED
+            else:
+                pf.record.outcome = Outcome.WASTED
+            self._instruments.record_wasted(self.workflow.name, pf.record.computed_tokens)
+        pf.span.set_attribute(tm.AW_PREFILL_OUTCOME, pf.record.outcome or Outcome.FAILED)
+        pf.span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, pf.record.computed_tokens)
+        pf.span.set_attribute(tm.AW_PREFILL_TOKENS, pf.record.tokens)
+        pf.span.end()
 
     def _observe(self, scope: StepScope, actual: Sequence[str]) -> None:
         try:
             for nxt in actual:
                 self.predictor.observe(scope.path, nxt)
             real = [a for a in actual if a != END]
-            if real:
+            # Score the guardrail only where a prediction was made (not in disabled runs).
+            if real and scope.predictions:
                 p = self.policy
-                would = {n for n, prob in scope.predictions if n != END and prob >= p.min_p}
-                top = [n for n, prob in scope.predictions if n in would][: p.top_n]
-                self.guardrail.observe(any(a in top for a in real))
+                top = [n for n, prob in scope.predictions if n != END and prob >= p.min_p]
+                self.guardrail.observe(any(a in top[: p.top_n] for a in real))
         except Exception as exc:
             self._swallow(exc, "updating the predictor after step %r", scope.spec.name)
-
-    def _end_span_cb(self, pf: _Prefetch, _task: object) -> None:
-        self._end_span(pf)
-
-    def _end_span(self, pf: _Prefetch) -> None:
-        pf.span.set_attribute(tm.AW_PREFILL_OUTCOME, pf.record.outcome or Outcome.FAILED)
-        pf.span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, pf.record.computed_tokens)
-        pf.span.set_attribute(tm.AW_PREFILL_TOKENS, pf.record.tokens)
-        pf.span.end()
 
     # --- confirmed warm-up and the live request ---------------------------------------------
 
     def warm(self, scope: StepScope, target: str) -> None:
-        """Send the actual next node's full known prefix at once (not speculation)."""
+        """Send the actual next node's full known prefix at once (not speculation).
+
+        On engines that cannot reuse an in-flight prefill, the warm-up waits for a still-running
+        speculative hit of the same target, so no token is computed twice.
+        """
         if not (self.policy.enabled and self.policy.warm_confirmed) or target == END:
             return
         try:
             ids = self.renderer.prefix_ids(self.workflow.nodes[target])
-            record = PrefetchRecord(
-                target=target,
-                probability=1.0,
-                rank=0,
-                kind=CONFIRMED,
-                tokens=len(ids),
-                issued_after_s=time.perf_counter() - scope.started,
-            )
-            span = self._tracer.start_span(
-                tm.SPAN_PREFILL,
-                attributes=tm.prefill_attributes(
-                    workflow=self.workflow.name,
-                    run_id=self.run_id,
-                    source=scope.spec.name,
-                    target=target,
-                    kind=CONFIRMED,
-                    tokens=len(ids),
-                ),
-            )
-            pf = _Prefetch(record=record, span=span)
-            scope.step.prefetches.append(record)
-            self._submit(pf, ids, Priority.LIVE)
+            if not ids:
+                return
+            after = None
+            hit = scope.prefetches.get(target)
+            if not self.engine.supports_promotion and hit is not None and hit.latest is not None:
+                task = hit.latest.task
+                after = task if task is not None and not task.done() else None
+            pf = self._new_prefetch(scope, target, CONFIRMED, 1.0, 0, ids)
+            self._submit(pf, ids, Priority.LIVE, after=after)
+            previous = self._confirmed.pop(target, None)
+            if previous is not None:
+                self._spawn(self._settle(previous, hit=True))
             self._confirmed[target] = pf
-            assert pf.task is not None
-            pf.task.add_done_callback(functools.partial(self._finish_confirmed, pf))
         except Exception as exc:
             self._swallow(exc, "warming the prefix of %r", target)
-
-    def _finish_confirmed(self, pf: _Prefetch, _task: object = None) -> None:
-        pf.record.outcome = Outcome.FAILED if pf.failed else Outcome.HIT
-        self._end_span(pf)
 
     async def before_live(self, node: str) -> None:
         """Called before a node's live request: on engines that cannot reuse an in-flight
         prefill, wait for the confirmed warm-up of this node so its work is not done twice."""
         pf = self._confirmed.pop(node, None)
-        if pf is None or self.engine.supports_promotion or pf.task is None:
+        if pf is None:
+            return
+        self._spawn(self._settle(pf, hit=True))
+        latest = pf.latest
+        if self.engine.supports_promotion or latest is None or latest.task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(pf.task), self.policy.prefill_timeout_s)
+            await asyncio.wait_for(asyncio.shield(latest.task), self.policy.prefill_timeout_s)
         except Exception:
             log.debug("confirmed warm-up of %r did not finish; sending the request anyway", node)
 
     async def aclose(self) -> None:
-        """Abort what is still running and wait for it (bounded); called when the run ends."""
+        """Stop what is still running, settle every record and span (bounded wait)."""
+        for scope in list(self._open):
+            self.abandon(scope)
         for pf in self._confirmed.values():
-            if pf.running:
-                self._spawn(self._quiet_abort(pf.rid))
+            for req in pf.requests:
+                self._stop(req)
+            self._spawn(self._settle(pf, hit=True))
         self._confirmed.clear()
-        pending = [t for t in self._background if not t.done()]
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=_ABORT_WAIT_S)
-            for t in still:
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        while self._background and (timeout := deadline - time.monotonic()) > 0:
+            await asyncio.wait(list(self._background), timeout=timeout)
+        if self._background:
+            # Past the deadline: cancel the requests themselves (engines abort cancelled
+            # requests), then the settlements still waiting on them.
+            for pf in self._all:
+                for req in pf.requests:
+                    if req.running:
+                        assert req.task is not None
+                        req.task.cancel()
+            await asyncio.wait(list(self._background), timeout=1.0)
+            leftover = list(self._background)
+            for t in leftover:
                 t.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)

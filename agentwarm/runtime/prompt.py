@@ -9,10 +9,11 @@ request's ids. Encodings are cached: static segments per node, transcript entrie
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from agentwarm.engines.base import Engine
 from agentwarm.graphs._node import NodeSpec
-from agentwarm.runtime.transcript import Transcript
+from agentwarm.runtime.transcript import Entry, Transcript, header
 
 __all__ = ("PromptRenderer", "render_step_text", "render_system", "render_tools")
 
@@ -28,9 +29,11 @@ def render_tools(tools: tuple[dict[str, object], ...]) -> str:
     return "<|tools|>\n" + "\n".join(lines) + "\n"
 
 
-def render_step_text(text: str | None) -> str:
-    body = f"<|user|>\n{text}\n" if text else ""
-    return body + "<|assistant|>\n"
+def render_step_text(text: str | None, node: str | None = None) -> list[str]:
+    """Segments of a step's own part of the prompt: the text (as the transcript will record
+    it) and the header of the reply the model is about to write."""
+    segments = list(Entry("user", text, node).segments()) if text else []
+    return [*segments, header("assistant", node)]
 
 
 class PromptRenderer:
@@ -46,9 +49,8 @@ class PromptRenderer:
         ids = self._static.get(spec.name)
         if ids is None:
             ids = []
-            for segment in (render_system(spec.system), render_tools(spec.tools)):
-                if segment:
-                    ids.extend(self._engine.encode(segment))
+            segments = (render_system(spec.system), render_tools(spec.tools))
+            ids = self._encode([s for s in segments if s])
             self._static[spec.name] = ids
         return ids
 
@@ -58,7 +60,7 @@ class PromptRenderer:
         n = len(entries) if upto is None else upto
         while len(self._entry_ids) < n:
             entry = entries[len(self._entry_ids)]
-            self._entry_ids.append(self._engine.encode(entry.render()))
+            self._entry_ids.append(self._encode(entry.segments()))
         out: list[int] = []
         for ids in self._entry_ids[:n]:
             out.extend(ids)
@@ -69,4 +71,10 @@ class PromptRenderer:
         return self.static_ids(spec) + self.transcript_ids(upto)
 
     def prompt_ids(self, spec: NodeSpec, text: str | None) -> list[int]:
-        return self.prefix_ids(spec) + self._engine.encode(render_step_text(text))
+        return self.prefix_ids(spec) + self._encode(render_step_text(text, spec.name))
+
+    def _encode(self, segments: Sequence[str]) -> list[int]:
+        ids: list[int] = []
+        for segment in segments:
+            ids.extend(self._engine.encode(segment))
+        return ids

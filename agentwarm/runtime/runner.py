@@ -6,8 +6,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import trace
 
@@ -32,6 +32,43 @@ if TYPE_CHECKING:
 __all__ = ("Run",)
 
 log = logging.getLogger(__name__)
+
+
+class _Arrival(NamedTuple):
+    """Where a branch is about to run ``node``: its path so far, previous node, and whether the
+    previous step prefetched ``node``."""
+
+    node: str
+    path: tuple[str, ...]
+    from_node: str
+    prefetched: bool
+
+
+def _merge(arrivals: list[list[_Arrival]]) -> list[_Arrival]:
+    """Arrivals of a fan-out's branches, one per join node (in branch order). A join counts as
+    prefetched when any branch arriving at it prefetched it."""
+    by_join: dict[str, list[_Arrival]] = {}
+    for branch in arrivals:
+        for a in branch:
+            by_join.setdefault(a.node, []).append(a)
+    return [
+        group[0]._replace(prefetched=any(a.prefetched for a in group)) for group in by_join.values()
+    ]
+
+
+async def _all_or_cancel(coros: list[Coroutine[Any, Any, list[_Arrival]]]) -> list[list[_Arrival]]:
+    """Run branches concurrently; if one fails, cancel the others and raise its exception."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        return [t.result() for t in tasks]
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Run:
@@ -100,7 +137,7 @@ class Run:
             attributes=tm.workflow_attributes(self.workflow.name, self.run_id),
         ):
             try:
-                await self._branch(self.workflow.entry, (), START, False, in_fanout=False)
+                await self._branch(_Arrival(self.workflow.entry, (), START, False), in_fanout=False)
             finally:
                 await self.prefetcher.aclose()
         return RunResult(
@@ -115,42 +152,34 @@ class Run:
         )
 
     async def _branch(
-        self,
-        node: str,
-        path: tuple[str, ...],
-        from_node: str,
-        prefetched: bool,
-        *,
-        in_fanout: bool,
-    ) -> str | None:
-        """Run steps from ``node`` until END; inside a fan-out, stop before a join node and
-        return its name."""
-        while True:
-            if node == END:
-                return None
-            if in_fanout and self.workflow.nodes[node].join:
-                return node
+        self, at: _Arrival, *, in_fanout: bool, run_join: bool = False
+    ) -> list[_Arrival]:
+        """Run steps from ``at.node`` until END. Inside a fan-out, stop before a join node and
+        return the arrival there (``run_join`` runs the starting join instead)."""
+        node, path, from_node, prefetched = at
+        force = run_join
+        while node != END:
+            if in_fanout and self.workflow.nodes[node].join and not force:
+                return [_Arrival(node, path, from_node, prefetched)]
+            force = False
             nexts, hits, path = await self._step(node, path, from_node, prefetched)
             if len(nexts) == 1:
-                from_node, node, prefetched = path[-1], nexts[0], nexts[0] in hits
+                node, from_node, prefetched = nexts[0], path[-1], nexts[0] in hits
                 continue
-            reached = await asyncio.gather(
-                *(
-                    self._branch(n, path, path[-1], n in hits, in_fanout=True)
-                    for n in nexts
-                    if n != END
-                )
-            )
-            joins = list(dict.fromkeys(j for j in reached if j is not None))
-            if not joins:
-                return None
-            if len(joins) > 1:
-                await asyncio.gather(
-                    *(self._branch(j, path, path[-1], False, in_fanout=False) for j in joins)
-                )
-                return None
-            node, from_node, prefetched = joins[0], path[-1], False
-            in_fanout = False
+            branches = [
+                self._branch(_Arrival(n, path, path[-1], n in hits), in_fanout=True)
+                for n in nexts
+                if n != END
+            ]
+            merged = _merge(await _all_or_cancel(branches))
+            if not merged:
+                return []
+            if len(merged) > 1:
+                runs = [self._branch(m, in_fanout=in_fanout, run_join=True) for m in merged]
+                return [a for arrivals in await _all_or_cancel(runs) for a in arrivals]
+            node, path, from_node, prefetched = merged[0]
+            force = True
+        return []
 
     async def _step(
         self, node: str, path: tuple[str, ...], from_node: str, prefetched: bool
@@ -187,32 +216,42 @@ class Run:
         ) as span:
             if self.policy.enabled:
                 self.prefetcher.begin_step(scope)
-            ctx = Context(
-                input=self.input,
-                state=self.state,
-                transcript=self.transcript,
-                node=node,
-                path=path,
-                run_id=self.run_id,
-                step=record.index,
-                _run=self,
-                _scope=scope,
-            )
             try:
-                raw = spec.fn(ctx)
-                result = await raw if inspect.isawaitable(raw) else raw
-            except (WorkflowError, EngineError):
-                # Engine failures of live requests keep their type (EngineUnavailable, ...).
+                ctx = Context(
+                    input=self.input,
+                    state=self.state,
+                    transcript=self.transcript,
+                    node=node,
+                    path=path,
+                    run_id=self.run_id,
+                    step=record.index,
+                    _run=self,
+                    _scope=scope,
+                )
+                try:
+                    if spec.is_async:
+                        result = await spec.fn(ctx)  # type: ignore[misc]
+                    else:
+                        # Sync nodes run in a worker thread: the loop keeps prefetching.
+                        result = await asyncio.to_thread(spec.fn, ctx)
+                        if inspect.isawaitable(result):
+                            result = await result
+                except (WorkflowError, EngineError):
+                    # Engine failures of live requests keep their type (EngineUnavailable, ...).
+                    raise
+                except Exception as exc:
+                    span.record_exception(exc)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+                    raise NodeError(
+                        f"Node '{node}' raised {type(exc).__name__}: {exc}", node=node
+                    ) from exc
+                nexts = self._next_nodes(node, result)
+            except BaseException:
+                # Failed or cancelled: stop this step's prefetches, settle their spans.
+                self.prefetcher.abandon(scope)
                 raise
-            except Exception as exc:
-                span.record_exception(exc)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-                raise NodeError(
-                    f"Node '{node}' raised {type(exc).__name__}: {exc}", node=node
-                ) from exc
-            nexts = self._next_nodes(node, result)
             record.next = list(nexts)
-            hits = await self.prefetcher.resolve(scope, nexts)
+            hits = self.prefetcher.resolve(scope, nexts)
             for n in nexts:
                 self.prefetcher.warm(scope, n)
             record.duration_s = time.perf_counter() - t0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,9 +54,19 @@ class WorkflowSession:
         if predictor is not None:
             self.predictor = predictor
         elif self.store is not None:
-            self.predictor = self.store.load(
-                workflow.name, nodes=self._node_set(), factory=default_predictor
-            )
+            try:
+                self.predictor = self.store.load(
+                    workflow.name, nodes=self._node_set(), factory=default_predictor
+                )
+            except PredictorStateError as exc:
+                # Never crash on learned state: learn in memory, and do not overwrite the file.
+                warnings.warn(
+                    f"learned state not loaded ({exc}); learning in memory only",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                self.store = None
+                self.predictor = default_predictor()
         else:
             self.predictor = default_predictor()
         self._throttler: Throttler | None = None
@@ -66,9 +78,9 @@ class WorkflowSession:
     def _throttle(self, policy: PrefetchPolicy) -> Throttler:
         if self._throttler is None or self._throttle_rate != policy.max_prefills_per_s:
             rate = policy.max_prefills_per_s
-            # Throttler takes an integer count per period; keep the ratio for fractional rates.
-            period = 1.0 if rate >= 1 else 1.0 / rate
-            self._throttler = Throttler(rate_limit=max(1, int(rate)), period=period)
+            # Throttler counts whole requests per period: keep count / period == rate.
+            count = max(1, math.ceil(rate))
+            self._throttler = Throttler(rate_limit=count, period=count / rate)
             self._throttle_rate = rate
         return self._throttler
 
@@ -100,7 +112,7 @@ class WorkflowSession:
         try:
             return await run.execute()
         finally:
-            self.save()
+            await asyncio.to_thread(self.save)
 
     def save(self) -> None:
         """Persist the predictor (when a state dir is set); warn, never raise, on failure."""

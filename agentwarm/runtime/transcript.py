@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ("Entry", "Transcript")
+__all__ = ("Entry", "Transcript", "header")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,9 +16,18 @@ class Entry:
     content: str
     node: str | None = None
 
+    def segments(self) -> tuple[str, str]:
+        """Header and body, tokenized separately: a prompt that ends with a header (the model
+        is about to write the body) stays a prefix of the transcript once the body is added."""
+        return header(self.role, self.node), f"{self.content}\n"
+
     def render(self) -> str:
-        who = f" {self.node}" if self.node else ""
-        return f"<|{self.role}{who}|>\n{self.content}\n"
+        return "".join(self.segments())
+
+
+def header(role: str, node: str | None = None) -> str:
+    who = f" {node}" if node else ""
+    return f"<|{role}{who}|>\n"
 
 
 class Transcript:

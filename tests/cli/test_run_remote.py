@@ -47,7 +47,8 @@ def assert_comparable(remote: dict, local: dict) -> None:
     assert remote["paths"] == local["paths"]
     assert remote["steps"] == local["steps"]
     assert abs(remote["branch_hit_rate"] - local["branch_hit_rate"]) <= 0.1
-    assert remote["cached_tokens"] > 0.8 * remote["prompt_tokens"]
+    # Sanity: most prompt tokens came from the cache (static heads, transcripts, prefetches).
+    assert remote["cached_tokens"] > 0.6 * remote["prompt_tokens"]
 
 
 def test_run_against_agentwarm_serve(in_process, tmp_path):

@@ -49,11 +49,12 @@ async def test_predictor_learns_true_most_likely_successor(engine):
 
 async def test_prefetch_hit_is_confirmed_by_engine_cached_tokens(engine):
     wf = make_branching()
+    policy = PrefetchPolicy(max_prefills_per_s=10_000)  # back-to-back runs: no rate limit
     # Learn first, then inspect a run that goes a -> b.
     for seed in range(40):
-        await wf.run("hi", engine=engine, state={"seed": seed})
+        await wf.run("hi", engine=engine, state={"seed": seed}, policy=policy)
     seed = next(s for s in range(1000) if _first_choice(s) == "b")
-    result = await wf.run("hello again", engine=engine, state={"seed": seed})
+    result = await wf.run("hello again", engine=engine, state={"seed": seed}, policy=policy)
     assert result.path == ["a", "b"]
     first, second = result.steps
     hit = next(p for p in first.prefetches if p.target == "b" and p.speculative)

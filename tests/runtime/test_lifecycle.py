@@ -1,0 +1,208 @@
+"""Prefetch lifecycle edge cases: aborts that must reach the engine, failures mid-step,
+fan-out cancellation and nested joins, disabled runs and the guardrail, sync nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
+from agentwarm import telemetry as tm
+from agentwarm.errors import NodeError
+from agentwarm.runtime.guardrail import Level
+from agentwarm.runtime.result import Outcome
+
+BIG = "rule. " * 2000  # ~12k byte tokens
+
+
+def _leaf(name: str, system: str = ""):
+    @node(name=name, system=system, next=[END])
+    async def fn(ctx: Context) -> str:
+        await ctx.llm("x", max_tokens=2)
+        return END
+
+    return fn
+
+
+async def test_losers_refreshed_right_before_the_transition_never_run_to_completion():
+    # DESIGN §2 pattern: llm, then route at once. refresh() re-sends the candidates' prefixes
+    # and resolve() runs in the same loop tick: the loser must not reach the engine whole.
+    @node(name="a", entry=True, system="A" + BIG, next=["b", "c"])
+    async def a(ctx: Context) -> str:
+        await ctx.llm(ctx.input, max_tokens=2)
+        return "b"
+
+    engine = FakeEngine(seconds_per_token=2e-6, seconds_per_output_token=1e-4)
+    wf = WorkflowGraph("race").add(a, _leaf("b", "B" + BIG), _leaf("c", "C" + BIG)).compile()
+    policy = PrefetchPolicy(top_n=2, min_p=0.0, warm_confirmed=False)
+    result = await wf.run("hello", engine=engine, policy=policy)
+    c = next(p for p in result.steps[0].prefetches if p.target == "c")
+    assert c.outcome == Outcome.CANCELLED and c.requests == 2
+    c_prompt = len(engine.encode("<|system|>\nC" + BIG + "\n"))
+    # The loser was stopped early: it never computed its whole prefix.
+    assert c.computed_tokens < c_prompt
+    assert result.summary()["wasted_tokens"] == c.computed_tokens
+
+
+async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
+    @node(name="a", entry=True, next=["b", "c"])
+    async def a(ctx: Context) -> str:
+        await asyncio.sleep(0.001)
+        raise ValueError("tool broke")
+
+    engine = FakeEngine(seconds_per_token=1e-4)
+    wf = WorkflowGraph("boom").add(a, _leaf("b", BIG), _leaf("c", BIG)).compile()
+    with tm.capture_spans() as exporter, pytest.raises(NodeError, match="tool broke"):
+        await wf.run("x", engine=engine, policy=PrefetchPolicy(top_n=2, min_p=0.0))
+    prefills = [s for s in exporter.get_finished_spans() if s.name == tm.SPAN_PREFILL]
+    assert len(prefills) == 2
+    assert {s.attributes[tm.AW_PREFILL_OUTCOME] for s in prefills} == {Outcome.CANCELLED}
+    await asyncio.sleep(0.05)
+    assert not engine._queue  # nothing left running in the engine
+    assert all(r.status == "aborted" for r in engine.log if r.kind == "prefill")
+
+
+async def test_failed_branch_cancels_its_siblings():
+    events: list[str] = []
+
+    @node(name="a", entry=True, next=["bad", "slow"])
+    async def a(ctx: Context) -> list[str]:
+        return ["bad", "slow"]
+
+    @node(name="bad", next=[END])
+    async def bad(ctx: Context) -> str:
+        raise RuntimeError("branch failed")
+
+    @node(name="slow", next=[END])
+    async def slow(ctx: Context) -> str:
+        await asyncio.sleep(0.05)
+        events.append("slow finished")
+        return END
+
+    wf = WorkflowGraph("fan").add(a, bad, slow).compile()
+    with pytest.raises(NodeError, match="branch failed"):
+        await wf.run("", engine=FakeEngine())
+    await asyncio.sleep(0.1)
+    assert events == []
+
+
+async def test_nested_fanout_runs_each_join_once_after_all_its_branches():
+    ran: list[str] = []
+
+    def mk(name, nxt, ret=None, join=False, entry=False, delay=0.0):
+        @node(name=name, next=nxt, join=join, entry=entry)
+        async def fn(ctx: Context):
+            await asyncio.sleep(delay)
+            ran.append(name)
+            return ret if ret is not None else nxt[0]
+
+        return fn
+
+    wf = (
+        WorkflowGraph("nested")
+        .add(
+            mk("a", ["b", "c"], ret=["b", "c"], entry=True),
+            mk("b", ["d", "e"], ret=["d", "e"]),
+            mk("d", ["j1"]),
+            mk("e", ["j1"]),
+            mk("j1", ["j"], join=True),
+            mk("c", ["j"], delay=0.05),
+            mk("j", [END], join=True),
+        )
+        .compile()
+    )
+    await wf.run("x", engine=FakeEngine(), policy=PrefetchPolicy.disabled())
+    assert ran.count("j") == 1 and ran.count("j1") == 1
+    assert ran.index("j1") > max(ran.index("d"), ran.index("e"))
+    assert ran[-1] == "j" and ran.index("c") < ran.index("j")
+
+
+async def test_join_prefetched_by_its_branches_counts_as_a_hit():
+    def mk(name, nxt, ret=None, join=False, entry=False):
+        @node(name=name, next=nxt, join=join, entry=entry, system=f"{name} " * 50)
+        async def fn(ctx: Context):
+            await ctx.llm("go", max_tokens=1)
+            await asyncio.sleep(0.01)
+            return ret if ret is not None else nxt[0]
+
+        return fn
+
+    wf = (
+        WorkflowGraph("team")
+        .add(
+            mk("a", ["b", "c"], ret=["b", "c"], entry=True),
+            mk("b", ["j"]),
+            mk("c", ["j"]),
+            mk("j", [END], join=True),
+        )
+        .compile()
+    )
+    result = await wf.run("x", engine=FakeEngine(), policy=PrefetchPolicy(top_n=2, min_p=0.0))
+    j = result.steps[-1]
+    assert j.node == "j" and j.prefetched and j.from_node in ("b", "c")
+    assert result.summary()["branch_hit_rate"] == 1.0
+
+
+async def test_disabled_runs_do_not_pause_speculation():
+    @node(name="a", entry=True, system="A" * 200, next=["b", "c"])
+    async def a(ctx: Context) -> str:
+        return "b"
+
+    wf = WorkflowGraph("g").add(a, _leaf("b", "B" * 200), _leaf("c", "C" * 200)).compile()
+    engine = FakeEngine()
+    for _ in range(20):
+        await wf.run("x", engine=engine, policy=PrefetchPolicy.disabled())
+    assert wf.session().guardrail.level is Level.NORMAL
+    result = await wf.run("x", engine=engine)
+    assert result.speculative_prefetches
+
+
+async def test_sync_node_runs_off_the_loop_so_prefetch_overlaps_it():
+    seen: dict[str, int] = {}
+
+    @node(name="a", entry=True, system="A" * 100, next=["b"])
+    def a(ctx: Context) -> str:
+        time.sleep(0.1)  # a blocking tool call
+        seen["engine requests during a"] = len(ctx._run.engine.log)  # type: ignore[attr-defined]
+        return "b"
+
+    @node(name="b", system="B" * 3000, next=[END])
+    async def b(ctx: Context) -> str:
+        r = await ctx.llm("go", max_tokens=1)
+        seen["b cached"] = r.cached_tokens
+        return END
+
+    wf = WorkflowGraph("s").add(a, b).compile()
+    await wf.run("x", engine=FakeEngine(), policy=PrefetchPolicy(warm_confirmed=False))
+    assert seen["engine requests during a"] == 1
+    assert seen["b cached"] >= 3000
+
+
+async def test_empty_prefixes_are_not_prefetched():
+    @node(name="a", entry=True, next=["b"])
+    async def a(ctx: Context) -> str:
+        return "b"
+
+    @node(name="b", next=[END])
+    async def b(ctx: Context) -> str:
+        return END
+
+    wf = WorkflowGraph("e").add(a, b).compile()
+    result = await wf.run("", engine=FakeEngine())
+    assert result.steps[0].prefetches == []
+
+
+async def test_user_predictor_keeps_one_guardrail_across_runs():
+    from agentwarm.predictors import default_predictor
+
+    @node(name="a", entry=True, system="A" * 100, next=["b"])
+    async def a(ctx: Context) -> str:
+        return "b"
+
+    wf = WorkflowGraph("p").add(a, _leaf("b", "B" * 100)).compile()
+    predictor = default_predictor()
+    assert wf.session(predictor=predictor) is wf.session(predictor=predictor)
+    await wf.run("x", engine=FakeEngine(), predictor=predictor)
+    assert wf.session(predictor=predictor).guardrail.observations == 1
