@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentwarm.runtime.timing import TimingMode
+
 __all__ = ("PrefetchPolicy",)
 
 
@@ -17,6 +19,10 @@ class PrefetchPolicy(BaseModel):
     candidate, below ``pause_below`` it pauses speculation; it restores each level once the EWMA
     is ``hysteresis`` above its bound again. Predictions keep being scored while paused, so
     recovery is observed without speculating.
+
+    ``timing`` picks the moment (see :mod:`agentwarm.runtime.timing`): ``auto`` (default)
+    speculates right after a step's first LLM call for nodes that call the LLM and at step start
+    for nodes that do not; ``step_start`` and ``after_llm`` force one moment.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -28,6 +34,7 @@ class PrefetchPolicy(BaseModel):
     capacity_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
     max_prefills_per_s: float = Field(default=64.0, gt=0.0)
     prefill_timeout_s: float = Field(default=30.0, gt=0.0)
+    timing: TimingMode = "auto"
     warm_confirmed: bool = True
     refresh_after_llm: bool = True
     use_output_hints: bool = True

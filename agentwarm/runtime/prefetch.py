@@ -3,8 +3,10 @@
 Lifecycle per step::
 
     begin_step   predict successors → choose candidates (top-N, min_p, token budget)
-                 → submit speculative prefills (rate-limited, low priority)
-    refresh      after each LLM call of the step: re-send the candidates' now longer prefixes
+                 → submit speculative prefills (rate-limited, low priority), or hold them
+                 until the step's first LLM call returns (``timing``)
+    refresh      after each LLM call of the step: submit held candidates, or re-send the
+                 candidates' now longer prefixes
                  (the step's own output is in the transcript) and add a successor the output
                  names, if any
     resolve      the step returned its next node(s): winners are hits (left running, the real
@@ -40,6 +42,7 @@ from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prompt import PromptRenderer
 from agentwarm.runtime.result import CONFIRMED, SPECULATIVE, Outcome, PrefetchRecord, StepRecord
+from agentwarm.runtime.timing import StepTiming
 
 if TYPE_CHECKING:
     from agentwarm.graphs._workflow import Workflow
@@ -105,6 +108,8 @@ class StepScope:
     started: float = field(default_factory=time.perf_counter)
     predictions: list[tuple[str, float]] = field(default_factory=list)
     prefetches: dict[str, _Prefetch] = field(default_factory=dict)
+    deferred: bool = False
+    llm_calls: int = 0
 
 
 class Prefetcher:
@@ -118,6 +123,7 @@ class Prefetcher:
         renderer: PromptRenderer,
         predictor: Predictor,
         guardrail: Guardrail,
+        timing: StepTiming,
         policy: PrefetchPolicy,
         throttler: Throttler,
         run_id: str,
@@ -129,6 +135,7 @@ class Prefetcher:
         self.renderer = renderer
         self.predictor = predictor
         self.guardrail = guardrail
+        self.timing = timing
         self.policy = policy
         self.throttler = throttler
         self.run_id = run_id
@@ -147,13 +154,24 @@ class Prefetcher:
     # --- choose and submit ------------------------------------------------------------------
 
     def begin_step(self, scope: StepScope) -> None:
-        """Predict the successors of ``scope``'s node and submit speculative prefills."""
+        """Predict the successors of ``scope``'s node; submit speculative prefills now, or hold
+        them until the step's first LLM call returns (see :mod:`agentwarm.runtime.timing`)."""
         self._open.add(scope)
         try:
             candidates = self.workflow.successors(scope.spec.name)
             scope.predictions = list(
                 self.predictor.predict(scope.path, scope.state, candidates=candidates)
             )
+            if self.timing.defer(scope.spec.name, self.policy.timing):
+                scope.deferred = True
+                return
+            self._speculate(scope)
+        except Exception as exc:
+            self._swallow(exc, "choosing prefetch candidates in step %r", scope.spec.name)
+
+    def _speculate(self, scope: StepScope, hinted: str | None = None) -> None:
+        """Submit the chosen candidates' known prefixes (and ``hinted``, if not chosen)."""
+        try:
             limits = self.guardrail.limits(self.policy)
             if limits.paused:
                 return
@@ -162,6 +180,8 @@ class Prefetcher:
                 for rank, (name, p) in enumerate(scope.predictions)
                 if name != END and p >= limits.min_p
             ][: limits.top_n]
+            if hinted is not None and hinted not in {name for _, name, _ in chosen}:
+                chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
             spent = 0
             for rank, name, p in chosen:
                 ids = self.renderer.prefix_ids(self.workflow.nodes[name])
@@ -172,7 +192,7 @@ class Prefetcher:
                 spent += len(ids)
                 self._start(scope, name, p, rank, ids)
         except Exception as exc:
-            self._swallow(exc, "choosing prefetch candidates in step %r", scope.spec.name)
+            self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
 
     def refresh(self, scope: StepScope, output_text: str = "") -> None:
         """After an LLM call of the step: extend the candidates' prefixes with the new transcript.
@@ -180,6 +200,11 @@ class Prefetcher:
         With ``use_output_hints``, a declared successor named (as a word) in the call's output
         is added as a candidate: the step's own output often names the next tool.
         """
+        scope.llm_calls += 1
+        if scope.deferred:
+            scope.deferred = False
+            self._speculate(scope, self._hinted(scope, output_text))
+            return
         if not self.policy.refresh_after_llm or self.guardrail.limits(self.policy).paused:
             return
         try:
@@ -358,6 +383,8 @@ class Prefetcher:
         Does not wait for the engine: losers are stopped and settled in the background.
         """
         self._open.discard(scope)
+        if self.policy.enabled:
+            self.timing.observe(scope.spec.name, scope.llm_calls > 0)
         hits: set[str] = set()
         for target, pf in scope.prefetches.items():
             if target in actual and not pf.failed:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agentwarm.predictors import Predictor
     from agentwarm.runtime.guardrail import Guardrail
     from agentwarm.runtime.policy import PrefetchPolicy
+    from agentwarm.runtime.timing import StepTiming
 
 __all__ = ("Run",)
 
@@ -85,6 +86,7 @@ class Run:
         engine: Engine,
         predictor: Predictor,
         guardrail: Guardrail,
+        timing: StepTiming,
         policy: PrefetchPolicy,
         throttler: Throttler,
         input: str,
@@ -109,6 +111,7 @@ class Run:
         self.path: list[str] = []
         self._predictor = predictor
         self._guardrail = guardrail
+        self._timing = timing
         self._throttler = throttler
         self.prefetcher: Prefetcher
 
@@ -126,6 +129,7 @@ class Run:
             renderer=self.renderer,
             predictor=self._predictor,
             guardrail=self._guardrail,
+            timing=self._timing,
             policy=self.policy,
             throttler=self._throttler,
             run_id=self.run_id,

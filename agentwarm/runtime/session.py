@@ -15,6 +15,7 @@ from agentwarm.errors import PredictorStateError
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.runner import Run
+from agentwarm.runtime.timing import StepTiming
 
 if TYPE_CHECKING:
     from agentwarm.engines.base import Engine
@@ -48,6 +49,7 @@ class WorkflowSession:
         self.workflow = workflow
         self.policy = policy or PrefetchPolicy()
         self.guardrail = Guardrail(self.policy)
+        self.timing = StepTiming()
         self.store: PredictorStore | None = None
         if state_dir is not None:
             self.store = PredictorStore(Path(state_dir))
@@ -102,6 +104,7 @@ class WorkflowSession:
             engine=engine,
             predictor=self.predictor,
             guardrail=self.guardrail,
+            timing=self.timing,
             policy=policy,
             throttler=self._throttle(policy),
             input=input,

@@ -36,7 +36,7 @@ async def test_losers_refreshed_right_before_the_transition_never_run_to_complet
 
     engine = FakeEngine(seconds_per_token=2e-6, seconds_per_output_token=1e-4)
     wf = WorkflowGraph("race").add(a, _leaf("b", "B" + BIG), _leaf("c", "C" + BIG)).compile()
-    policy = PrefetchPolicy(top_n=2, min_p=0.0, warm_confirmed=False)
+    policy = PrefetchPolicy(top_n=2, min_p=0.0, warm_confirmed=False, timing="step_start")
     result = await wf.run("hello", engine=engine, policy=policy)
     c = next(p for p in result.steps[0].prefetches if p.target == "c")
     assert c.outcome == Outcome.CANCELLED and c.requests == 2
@@ -55,7 +55,9 @@ async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
     engine = FakeEngine(seconds_per_token=1e-4)
     wf = WorkflowGraph("boom").add(a, _leaf("b", BIG), _leaf("c", BIG)).compile()
     with tm.capture_spans() as exporter, pytest.raises(NodeError, match="tool broke"):
-        await wf.run("x", engine=engine, policy=PrefetchPolicy(top_n=2, min_p=0.0))
+        await wf.run(
+            "x", engine=engine, policy=PrefetchPolicy(top_n=2, min_p=0.0, timing="step_start")
+        )
     prefills = [s for s in exporter.get_finished_spans() if s.name == tm.SPAN_PREFILL]
     assert len(prefills) == 2
     assert {s.attributes[tm.AW_PREFILL_OUTCOME] for s in prefills} == {Outcome.CANCELLED}
@@ -155,7 +157,7 @@ async def test_disabled_runs_do_not_pause_speculation():
     for _ in range(20):
         await wf.run("x", engine=engine, policy=PrefetchPolicy.disabled())
     assert wf.session().guardrail.level is Level.NORMAL
-    result = await wf.run("x", engine=engine)
+    result = await wf.run("x", engine=engine, policy=PrefetchPolicy(timing="step_start"))
     assert result.speculative_prefetches
 
 
@@ -175,7 +177,8 @@ async def test_sync_node_runs_off_the_loop_so_prefetch_overlaps_it():
         return END
 
     wf = WorkflowGraph("s").add(a, b).compile()
-    await wf.run("x", engine=FakeEngine(), policy=PrefetchPolicy(warm_confirmed=False))
+    policy = PrefetchPolicy(warm_confirmed=False, timing="step_start")
+    await wf.run("x", engine=FakeEngine(), policy=policy)
     assert seen["engine requests during a"] == 1
     assert seen["b cached"] >= 3000
 
@@ -206,3 +209,32 @@ async def test_user_predictor_keeps_one_guardrail_across_runs():
     assert wf.session(predictor=predictor) is wf.session(predictor=predictor)
     await wf.run("x", engine=FakeEngine(), predictor=predictor)
     assert wf.session(predictor=predictor).guardrail.observations == 1
+
+
+async def test_auto_timing_speculates_after_the_llm_call_or_at_start_for_tool_nodes():
+    @node(name="a", entry=True, system="A" * 300, next=["t"])
+    async def a(ctx: Context) -> str:
+        reply = await ctx.llm("plan", max_tokens=4)
+        ctx.state["a_reply"] = reply.text
+        await asyncio.sleep(0.005)
+        return "t"
+
+    @node(name="t", system="T" * 300, next=["z"])
+    async def t(ctx: Context) -> str:  # a pure tool step: no LLM call
+        await asyncio.sleep(0.005)
+        ctx.add("tool output")
+        return "z"
+
+    wf = WorkflowGraph("timing").add(a, t, _leaf("z", "Z" * 300)).compile()
+    engine = FakeEngine()
+    first = await wf.run("x", engine=engine)
+    a_pf = [p for p in first.steps[0].prefetches if p.speculative]
+    # Held until a's LLM call returned: one request, whose prefix holds a's exchange.
+    assert [(p.target, p.requests) for p in a_pf] == [("t", 1)]
+    static_t = len(engine.encode("<|system|>\n" + "T" * 300 + "\n"))
+    assert a_pf[0].tokens > static_t + len(engine.encode(first.state["a_reply"]))
+    # t never called the LLM: nothing speculated in its first step, learned for next time.
+    assert [p for p in first.steps[1].prefetches if p.speculative] == []
+    second = await wf.run("y", engine=engine)
+    t_pf = [p for p in second.steps[1].prefetches if p.speculative]
+    assert [p.target for p in t_pf] == ["z"] and second.steps[2].prefetched

@@ -68,7 +68,8 @@ async def test_prefetch_hit_is_confirmed_by_engine_cached_tokens(engine):
 async def test_refresh_after_llm_extends_the_prefetched_prefix(engine):
     wf = make_branching(think_s=0.01)
     seed = next(s for s in range(1000) if _first_choice(s) == "b")
-    result = await wf.run("a long enough input", engine=engine, state={"seed": seed})
+    policy = PrefetchPolicy(timing="step_start")
+    result = await wf.run("a long enough input", engine=engine, state={"seed": seed}, policy=policy)
     b = next(p for p in result.steps[0].prefetches if p.target == "b" and p.speculative)
     # Sent twice: at step start, then with the step's own LLM exchange in the transcript.
     assert b.requests == 2
