@@ -118,8 +118,13 @@ class Context:
         return completion
 
     def add(self, content: str, *, role: str = "tool") -> None:
-        """Append a message (a tool result, an observation) to the shared transcript."""
+        """Append a message (a tool result, an observation) to the shared transcript.
+
+        The prefetched prefixes of the likely next steps are extended with it at once, so a tool
+        result that arrives while the step waits (a user's reply, a slow tool) is cached too.
+        """
         self.transcript.add(content, role=role, node=self.node)
+        self._run.prefetcher.refresh(self._scope, after_llm=False)
 
     @property
     def span(self) -> trace.Span:

@@ -194,16 +194,20 @@ class Prefetcher:
         except Exception as exc:
             self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
 
-    def refresh(self, scope: StepScope, output_text: str = "") -> None:
-        """After an LLM call of the step: extend the candidates' prefixes with the new transcript.
+    def refresh(self, scope: StepScope, output_text: str = "", *, after_llm: bool = True) -> None:
+        """The transcript grew (an LLM call of the step returned, or a tool result was added):
+        extend the candidates' prefixes, so the next real request finds all but its own text
+        cached. Only the new tokens are computed.
 
-        With ``use_output_hints``, a declared successor named (as a word) in the call's output
-        is added as a candidate: the step's own output often names the next tool.
+        With ``use_output_hints``, a declared successor named (as a word) in an LLM call's
+        output is added as a candidate: the step's own output often names the next tool.
         """
-        scope.llm_calls += 1
+        if after_llm:
+            scope.llm_calls += 1
         if scope.deferred:
-            scope.deferred = False
-            self._speculate(scope, self._hinted(scope, output_text))
+            if after_llm:
+                scope.deferred = False
+                self._speculate(scope, self._hinted(scope, output_text))
             return
         if not self.policy.refresh_after_llm or self.guardrail.limits(self.policy).paused:
             return

@@ -238,3 +238,27 @@ async def test_auto_timing_speculates_after_the_llm_call_or_at_start_for_tool_no
     second = await wf.run("y", engine=engine)
     t_pf = [p for p in second.steps[1].prefetches if p.speculative]
     assert [p.target for p in t_pf] == ["z"] and second.steps[2].prefetched
+
+
+async def test_tool_result_added_during_the_step_is_prefetched_too():
+    @node(name="a", entry=True, system="A" * 300, next=["b"])
+    async def a(ctx: Context) -> str:
+        await ctx.llm("plan", max_tokens=4)
+        ctx.add("tool result " * 100)  # arrives while the step still waits
+        await asyncio.sleep(0.1)
+        return "b"
+
+    seen = {}
+
+    @node(name="b", system="B" * 300, next=[END])
+    async def b(ctx: Context) -> str:
+        reply = await ctx.llm(max_tokens=2)
+        seen["prompt"], seen["cached"] = reply.prompt_tokens, reply.cached_tokens
+        return END
+
+    wf = WorkflowGraph("add").add(a, b).compile()
+    engine = FakeEngine()
+    await wf.run("x", engine=engine, policy=PrefetchPolicy(warm_confirmed=False))
+    # Only b's own reply header (and the always-computed last token) is not cached.
+    own = len(engine.encode("<|assistant b|>\n"))
+    assert seen["cached"] == seen["prompt"] - own
