@@ -143,6 +143,9 @@ async def run_mode(
     if fast_baselines and not speculate:
         scripts = [replace(s, sleep_think=False) for s in scripts]
     run_policy = policy if speculate else PrefetchPolicy.disabled()
+    if mode == "oracle":
+        # Exactly the true next step: no extra candidates from hints in the step's output.
+        run_policy = run_policy.model_copy(update={"use_output_hints": False})
     workflow = workload.workflow()
     session = WorkflowSession(workflow, predictor=predictor, policy=run_policy)
     await metered.generate(metered.encode("warm-up"), max_tokens=2, namespace=f"{namespace}-warmup")

@@ -53,6 +53,8 @@ __all__ = ("Prefetcher", "StepScope")
 log = logging.getLogger(__name__)
 
 _CLOSE_WAIT_S = 5.0
+#: Shorter node names ("a", "go") occur in text by chance; they are not taken as hints.
+_MIN_HINT_LEN = 3
 
 
 @dataclass(eq=False)
@@ -252,7 +254,9 @@ class Prefetcher:
         named = [
             n
             for n in self.workflow.successors(scope.spec.name)
-            if n != END and re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)
+            if n != END
+            and len(n) >= _MIN_HINT_LEN
+            and re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)
         ]
         return named[0] if len(named) == 1 else None
 
