@@ -115,8 +115,19 @@ PROFILES: dict[str, Profile] = {
     "full": Profile(
         name="full",
         model="small",
-        description="small preset (SmolLM-135M shape), 1-4k-token prompts, realistic think times",
-        config=BenchConfig(episodes=20, think="lognormal:mean=3.0,sigma=0.5"),
+        description="small preset (SmolLM-135M shape), 1-4k-token prompts, seconds of think time",
+        config=BenchConfig(
+            episodes=12,
+            think="lognormal:mean=4.0,sigma=0.5",
+            sizes=PromptSizes(
+                policy=800,
+                instructions=(250, 500),
+                schema=(100, 200),
+                opening=(50, 100),
+                result=(40, 240),
+                output_tokens=8,
+            ),
+        ),
     ),
 }
 

@@ -17,6 +17,7 @@ Definitions (the runtime's, see :mod:`agentwarm.runtime.result`):
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         "live_computed_mean_prefetched": statistics.fmean(live_pre) if live_pre else None,
         "live_computed_mean_not_prefetched": (statistics.fmean(live_other) if live_other else None),
         "think_accounted_s": sum(think),
+        "guardrail_levels": dict(Counter(r.guardrail_level for r in run.results)),
         "requests": len(run.requests),
         "accounting_mismatched_requests": mismatched,
         "engine_computed_tokens": (
