@@ -128,7 +128,9 @@ async def test_exact_after_partial_aborted_prefill() -> None:
         pause.go.set()
         result = await task
         assert result.status is PrefillStatus.ABORTED
-        assert result.computed_tokens == 64  # three chunks done + the one in flight
+        # Three chunks done; the abort interrupted the one in flight (before its first layer).
+        assert result.computed_tokens == 48
+        assert engine.scheduler.chunks_interrupted == 1
         warm = await engine.next_token_logits(ids)
         torch.testing.assert_close(warm, cold_logits(ids), atol=TOL, rtol=0)
         out = await engine.generate(ids, max_tokens=5)
@@ -159,14 +161,18 @@ async def test_abort_speculative_prefill_mid_way_keeps_prefix_and_locks() -> Non
         await engine.abort("spec")
         pause.go.set()
         result = await task
-        after = list(engine.scheduler.events)[events_before:]
-        assert [e for e in after if e.rid == "spec"] == []  # only the in-flight chunk ran
+        events = list(engine.scheduler.events)
+        # The chunk in flight yielded to the abort, and nothing of "spec" ran after it.
+        assert (events[events_before - 1].kind, events[events_before - 1].start) == (
+            "interrupted",
+            96,
+        )
+        assert [e for e in events[events_before:] if e.rid == "spec"] == []
         assert result.status is PrefillStatus.ABORTED
-        assert (result.cached_tokens, result.computed_tokens) == (0, 128)
+        assert (result.cached_tokens, result.computed_tokens) == (0, 96)
         await settle(engine)
         live = await engine.generate(ids, max_tokens=1)
-        assert live.cached_tokens >= result.computed_tokens
-        assert live.cached_tokens == 128
+        assert live.cached_tokens == result.computed_tokens == 96
         stats = await engine.stats()
         assert stats.aborted == 1 and stats.requests == 2
 
@@ -232,7 +238,7 @@ async def test_abort_stream(engine: LocalEngine) -> None:
 # --------------------------------------------------------------------- priority
 
 
-async def test_live_request_preempts_speculative_prefill_within_one_chunk() -> None:
+async def test_live_request_interrupts_the_speculative_chunk_in_flight() -> None:
     rng = random.Random(21)
     spec_ids = prompt(rng, 32 * 20)
     live_ids = prompt(rng, 70)
@@ -250,12 +256,21 @@ async def test_live_request_preempts_speculative_prefill_within_one_chunk() -> N
             i for i, e in enumerate(engine.scheduler.events) if e.rid == "spec" and e.start == 64
         )
         first_live = order.index("live")
-        assert first_live - paused_at == 1  # only the chunk in flight ran in between
+        # The chunk in flight yielded at its first layer; the live request ran next.
+        assert engine.scheduler.events[paused_at].kind == "interrupted"
+        assert first_live - paused_at == 1
+        assert engine.scheduler.chunks_interrupted == 1
         live_steps = [i for i, rid in enumerate(order) if rid == "live"]
         assert live_steps == list(range(first_live, first_live + len(live_steps)))
         assert len(live_steps) == 3 + 2  # three prefill chunks, two decode steps
         assert completion.cached_tokens == 0 and len(completion.token_ids) == 3
+        assert list(completion.token_ids) == cold_greedy(live_ids, 3)
+        # The interrupted chunk was redone whole once the live request finished.
         assert result.done and result.computed_tokens == len(spec_ids)
+        spec_chunks = [(e.start, e.stop) for e in engine.scheduler.events if e.rid == "spec"]
+        assert spec_chunks.count((64, 96)) == 2
+        warm = await engine.next_token_logits(spec_ids)
+        torch.testing.assert_close(warm, cold_logits(spec_ids), atol=TOL, rtol=0)
         await settle(engine)
 
 
@@ -270,7 +285,13 @@ async def test_higher_priority_int_goes_first() -> None:
         await asyncio.sleep(0)
         pause.go.set()
         await asyncio.gather(blocker, low, high)
-        assert [e.rid for e in engine.scheduler.events] == ["blocker", "high", "low"]
+        # The blocker's chunk yields to the higher classes and runs again after them.
+        assert [(e.kind, e.rid) for e in engine.scheduler.events] == [
+            ("interrupted", "blocker"),
+            ("prefill", "high"),
+            ("prefill", "low"),
+            ("prefill", "blocker"),
+        ]
 
 
 # -------------------------------------------------------------------- promotion
@@ -290,7 +311,8 @@ async def test_live_request_reuses_in_flight_speculative_prefill() -> None:
         completion = await live
         result = await spec
         assert result.done
-        assert completion.cached_tokens == 128  # four chunks done by the speculative prefill
+        # Three chunks done by the speculative prefill; the fourth yielded to the live request.
+        assert completion.cached_tokens == 96
         assert result.computed_tokens + completion.computed_tokens == len(full)
         assert result.cached_tokens + result.computed_tokens == len(prefix)
         prefill_events = [e for e in engine.scheduler.events if e.kind == "prefill"]

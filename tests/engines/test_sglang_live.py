@@ -151,7 +151,9 @@ async def test_namespaces_never_share_cached_tokens(engine: SGLangEngine) -> Non
     other = await engine.generate(query, max_tokens=1, namespace="tenant-b")
     assert other.cached_tokens == 0
     unsalted = await engine.generate(query, max_tokens=1)
-    assert unsalted.cached_tokens == 0
+    # The default namespace holds other tests' prompts: a leading token or two may match one
+    # of them by chance (1 in 249 per prompt on the byte-level fake), tenant-a's 400 never.
+    assert unsalted.cached_tokens < 3
     same = await engine.generate(query, max_tokens=1, namespace="tenant-a")
     assert same.cached_tokens >= len(prefix)
 

@@ -17,6 +17,7 @@ Rules callers keep (beyond the engine protocol):
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -46,8 +47,20 @@ __all__ = ("DEFAULT_CACHE_BYTES", "LocalEngine")
 
 T = TypeVar("T")
 
-DEFAULT_CACHE_BYTES = 2 << 30
-"""KV bytes the cache may hold when ``max_cached_tokens`` is not given."""
+
+def _default_cache_bytes() -> int:
+    """A quarter of physical memory, between 2 and 8 GiB (2 GiB where it cannot be read)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2 << 30
+    return min(max(physical // 4, 2 << 30), 8 << 30)
+
+
+DEFAULT_CACHE_BYTES = _default_cache_bytes()
+"""KV bytes the cache may hold when ``max_cached_tokens`` is not given: a quarter of physical
+memory, between 2 and 8 GiB. Agent prompts branch (one transcript under several subagents'
+heads), so a cache that only fits a few of them evicts what speculation just computed."""
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -37,7 +37,7 @@ Rules callers keep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = (
     "KV",
     "KV_OPS",
+    "Interrupted",
     "KVOps",
     "ModelRunner",
     "SequenceState",
@@ -157,16 +158,25 @@ def sample(
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+class Interrupted(Exception):
+    """An :meth:`ModelRunner.extend` stopped between two layers because its state's
+    ``interrupt`` said so. Nothing was appended: the state is as before the call."""
+
+
 class SequenceState:
     """KV of tokens ``[0, length)`` of one request, in a buffer that grows by doubling.
 
     Created by :meth:`ModelRunner.new_state`; advanced only by :meth:`ModelRunner.extend`.
+    ``interrupt``, when set, is called before each layer of an ``extend``; if it returns true
+    the forward pass stops there with :class:`Interrupted` (the scheduler uses it to let a live
+    request in without waiting for a whole speculative chunk).
     """
 
     def __init__(self, buffer: KV, length: int, max_context: int) -> None:
         self._buf = buffer
         self._length = length
         self._max_context = max_context
+        self.interrupt: Callable[[], bool] | None = None
         self.cache = _StateCache(self, int(buffer.shape[0]))
 
     @property
@@ -241,6 +251,8 @@ class SequenceState:
     def _write(
         self, layer: int, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.interrupt is not None and self.interrupt():
+            raise Interrupted(f"extend at position {self._length} interrupted at layer {layer}")
         start = self._length
         end = start + int(keys.shape[-2])
         k_buf = self._buf[layer, 0]

@@ -13,6 +13,10 @@ Rules the scheduler keeps:
   the waiting request with the highest priority, then the earliest arrival. Live work therefore
   preempts speculative work at the next chunk boundary, and aborts take effect there too. The
   batch size is one: within a priority class requests run first come, first served.
+* A chunk of lower priority than live work yields *inside* its forward pass: when a request of
+  higher priority arrives, or the running request is aborted, the chunk stops at the next layer
+  and is discarded (nothing of it is kept), so a live request waits for one layer of
+  speculative work, not a whole chunk. ``chunks_interrupted`` counts them.
 * Each prefill chunk's KV is inserted into the tree as soon as it is computed, and the request
   keeps a lock on the path it covers. A request that resumes after another request ran first
   re-matches the tree and skips whatever that request computed (promotion: a live request over
@@ -39,8 +43,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from agentwarm.engines.base import Completion, PrefillResult, PrefillStatus
-from agentwarm.engines.local.runner import KV, make_generator, sample
+from agentwarm.engines.base import Completion, PrefillResult, PrefillStatus, Priority
+from agentwarm.engines.local.runner import KV, Interrupted, make_generator, sample
 from agentwarm.errors import EngineError, EngineUnavailable, RequestAborted
 
 if TYPE_CHECKING:
@@ -61,7 +65,9 @@ class RequestKind(Enum):
 @dataclass(frozen=True, slots=True)
 class StepEvent:
     """One unit of work, logged before it runs: a prefill chunk ``[start, stop)`` or a decode
-    step (``start`` = position of the fed token)."""
+    step (``start`` = position of the fed token). A speculative chunk that yielded to live work
+    mid-way is logged again with kind ``"interrupted"`` (none of it was kept); in ``events``
+    that entry replaces its ``"prefill"`` one, a ``step_hook`` sees both."""
 
     rid: str
     kind: str
@@ -139,6 +145,7 @@ class Scheduler:
         self.eos_token_id = runner.eos_token_id
 
         self.chunks_executed = 0
+        self.chunks_interrupted = 0
         self.decode_steps = 0
         self.events: deque[StepEvent] = deque(maxlen=_MAX_EVENTS)
         self.reset_counters()
@@ -152,6 +159,8 @@ class Scheduler:
         self._pins: dict[str, RadixNode[KV]] = {}
         self._arrivals = itertools.count()
         self._last_rid: str | None = None
+        self._running: Request | None = None
+        self._yield = False
         self._dirty = False
         self._thread = threading.Thread(target=self._loop, name="agentwarm-engine", daemon=True)
         self._thread.start()
@@ -176,6 +185,9 @@ class Scheduler:
             if self._closed:
                 raise EngineUnavailable("the local engine is closed")
             self._inbox.append(req)
+            running = self._running
+            if running is not None and req.priority > running.priority:
+                self._yield = True
             self._cv.notify()
         return req.future
 
@@ -183,6 +195,8 @@ class Scheduler:
         """Abort ``rid`` at the next step boundary; drop its pin if it is a finished prefill."""
         with self._cv:
             self._aborts.append(rid)
+            if self._running is not None and self._running.rid == rid:
+                self._yield = True
             self._cv.notify()
 
     def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
@@ -241,7 +255,14 @@ class Scheduler:
             return False
         if self._waiting:
             self._dirty = True
-            self._step(max(self._waiting, key=lambda r: (r.priority, -r.arrival)))
+            req = max(self._waiting, key=lambda r: (r.priority, -r.arrival))
+            with self._cv:
+                self._running, self._yield = req, False
+            try:
+                self._step(req)
+            finally:
+                with self._cv:
+                    self._running = None
         return True
 
     def _run_call(self, fn: Callable[[], Any], fut: concurrent.futures.Future[Any]) -> None:
@@ -327,7 +348,19 @@ class Scheduler:
         last = stop == len(req.ids)
         self._log(StepEvent(req.rid, "prefill", start, stop, req.priority))
         want_logits = last and req.kind is RequestKind.GENERATE
-        logits = self.runner.extend(state, req.ids[start:stop], want_logits=want_logits)
+        if req.priority < Priority.LIVE:
+            state.interrupt = self._should_yield
+        try:
+            logits = self.runner.extend(state, req.ids[start:stop], want_logits=want_logits)
+        except Interrupted:
+            # Still waiting: the next step serves the newcomer (or the abort) first. The log
+            # keeps "prefill" for chunks that ran; this one is marked as interrupted.
+            self.chunks_interrupted += 1
+            self.events.pop()
+            self._log(StepEvent(req.rid, "interrupted", start, stop, req.priority))
+            return
+        finally:
+            state.interrupt = None
         self.chunks_executed += 1
         req.computed_tokens += stop - start
         self._insert(req, req.ids[:stop])
@@ -339,6 +372,9 @@ class Scheduler:
         assert logits is not None
         req.t_first_token = time.perf_counter()
         self._emit(req, logits)
+
+    def _should_yield(self) -> bool:
+        return self._yield
 
     def _decode_step(self, req: Request) -> None:
         state = req.state
