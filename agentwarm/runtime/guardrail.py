@@ -29,6 +29,7 @@ class Limits:
     top_n: int
     min_p: float
     paused: bool
+    top_p: float = 1.0
 
 
 class Guardrail:
@@ -66,4 +67,4 @@ class Guardrail:
             return Limits(top_n=0, min_p=1.0, paused=True)
         if self.level is Level.CAUTIOUS:
             return Limits(top_n=1, min_p=max(p.min_p, p.cautious_min_p), paused=False)
-        return Limits(top_n=p.top_n, min_p=p.min_p, paused=False)
+        return Limits(top_n=p.top_n, min_p=p.min_p, paused=False, top_p=p.top_p)

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentwarm.graphs._node import END
 from agentwarm.runtime.timing import TimingMode
 
-__all__ = ("PrefetchPolicy",)
+__all__ = ("PrefetchPolicy", "choose_candidates")
 
 
 class PrefetchPolicy(BaseModel):
     """Knobs of speculative prefetching (DESIGN §5). Immutable; copy with ``model_copy``.
 
-    Candidates for the next step are the predictor's top ``top_n`` successors with probability
-    at least ``min_p``, within ``max_prefetch_tokens`` prompt tokens per step. The guardrail
+    Candidates for the next step are the predictor's most likely successors, in order: at most
+    ``top_n``, each with probability at least ``min_p``, and no more once the chosen ones cover
+    ``top_p`` of the probability (as in nucleus sampling), within ``max_prefetch_tokens`` prompt
+    tokens per step. Candidates are sent in that order at speculative priority, which engines
+    serve first come, first served below live requests: lower-ranked candidates use engine time
+    the likelier ones leave idle, and a live request never waits behind them for more than one
+    prefill chunk. The guardrail
     tracks an EWMA of the *branch hit rate* (was the actual next node among the candidates?);
     below ``guardrail_threshold`` it raises ``min_p`` to ``cautious_min_p`` and keeps one
     candidate, below ``pause_below`` it pauses speculation; it restores each level once the EWMA
@@ -30,6 +38,7 @@ class PrefetchPolicy(BaseModel):
     enabled: bool = True
     top_n: int = Field(default=2, ge=1, le=16)
     min_p: float = Field(default=0.05, ge=0.0, le=1.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_prefetch_tokens: int = Field(default=65_536, ge=1)
     capacity_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
     max_prefills_per_s: float = Field(default=64.0, gt=0.0)
@@ -57,3 +66,22 @@ class PrefetchPolicy(BaseModel):
     def disabled(cls) -> PrefetchPolicy:
         """No speculation at all: the reactive baseline."""
         return cls(enabled=False, warm_confirmed=False)
+
+
+def choose_candidates(
+    predictions: Sequence[tuple[str, float]], *, top_n: int, min_p: float, top_p: float = 1.0
+) -> list[tuple[int, str, float]]:
+    """The successors to prefetch, as ``(rank, name, probability)`` in predicted order.
+
+    ``END`` is never a candidate (there is no prompt to prefill) but its probability counts
+    toward ``top_p``: if the workflow likely ends, fewer candidates are worth their cost.
+    """
+    chosen: list[tuple[int, str, float]] = []
+    covered = 0.0
+    for rank, (name, p) in enumerate(predictions):
+        if len(chosen) >= top_n or covered >= top_p - 1e-9:
+            break
+        covered += p
+        if name != END and p >= min_p:
+            chosen.append((rank, name, p))
+    return chosen

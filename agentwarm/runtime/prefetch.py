@@ -28,7 +28,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ from agentwarm import telemetry as tm
 from agentwarm.engines.base import Engine, PrefillResult, PrefillStatus, Priority, new_rid
 from agentwarm.graphs._node import END, NodeSpec
 from agentwarm.runtime.guardrail import Guardrail
-from agentwarm.runtime.policy import PrefetchPolicy
+from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
 from agentwarm.runtime.prompt import PromptRenderer
 from agentwarm.runtime.result import CONFIRMED, SPECULATIVE, Outcome, PrefetchRecord, StepRecord
 from agentwarm.runtime.timing import StepTiming
@@ -59,13 +59,21 @@ _MIN_HINT_LEN = 3
 
 @dataclass(eq=False)
 class _Request:
-    """One prefill request sent (or about to be sent) for a prefetch."""
+    """One prefill request sent (or about to be sent) for a prefetch.
+
+    Candidates whose known prefixes are identical (e.g. one agent whose prompt does not depend
+    on the tool it calls next) share one request; ``credit`` is the prefetch its computed
+    tokens are accounted to: the one that sent it, or the winner that shares it.
+    """
 
     rid: str
     ids_len: int
+    key: int = 0
+    credit: _Prefetch | None = None
     task: asyncio.Task[PrefillResult | None] | None = None
     sent: bool = False
     dropped: bool = False
+    stopping: bool = False
     failed: bool = False
     result: PrefillResult | None = None
 
@@ -77,6 +85,10 @@ class _Request:
     def stopped(self) -> bool:
         aborted = self.result is not None and self.result.status is PrefillStatus.ABORTED
         return self.dropped or aborted
+
+    @property
+    def shareable(self) -> bool:
+        return not (self.stopping or self.stopped or self.failed)
 
 
 @dataclass(eq=False)
@@ -177,11 +189,9 @@ class Prefetcher:
             limits = self.guardrail.limits(self.policy)
             if limits.paused:
                 return
-            chosen = [
-                (rank, name, p)
-                for rank, (name, p) in enumerate(scope.predictions)
-                if name != END and p >= limits.min_p
-            ][: limits.top_n]
+            chosen = choose_candidates(
+                scope.predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
+            )
             if hinted is not None and hinted not in {name for _, name, _ in chosen}:
                 chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
             spent = 0
@@ -233,7 +243,7 @@ class Prefetcher:
                 elif pf.latest is None or len(ids) > pf.latest.ids_len:
                     if pf.latest is not None and pf.latest.running:
                         self._stop(pf.latest)
-                    self._submit(pf, ids, Priority.SPECULATIVE)
+                    self._send(scope, pf, ids)
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
 
@@ -294,10 +304,28 @@ class Prefetcher:
         self, scope: StepScope, target: str, p: float, rank: int, ids: list[int]
     ) -> _Prefetch:
         pf = self._new_prefetch(scope, target, SPECULATIVE, p, rank, ids)
-        scope.prefetches[target] = pf
         self._instruments.record_issued(self.workflow.name)
-        self._submit(pf, ids, Priority.SPECULATIVE)
+        self._send(scope, pf, ids)
+        scope.prefetches[target] = pf
         return pf
+
+    def _send(self, scope: StepScope, pf: _Prefetch, ids: list[int]) -> None:
+        """Submit ``ids`` speculatively for ``pf``, or share another candidate's live request
+        for the very same tokens (nothing is sent twice)."""
+        key = hash(tuple(ids))
+        for other in scope.prefetches.values():
+            req = other.latest
+            if (
+                other is not pf
+                and req is not None
+                and req.key == key
+                and req.ids_len == len(ids)
+                and req.shareable
+            ):
+                pf.requests.append(req)
+                pf.record.tokens = max(pf.record.tokens, len(ids))
+                return
+        self._submit(pf, ids, Priority.SPECULATIVE, key=key)
 
     def _submit(
         self,
@@ -305,8 +333,9 @@ class Prefetcher:
         ids: list[int],
         priority: int,
         after: asyncio.Task[Any] | None = None,
+        key: int = 0,
     ) -> _Request:
-        req = _Request(rid=new_rid(), ids_len=len(ids))
+        req = _Request(rid=new_rid(), ids_len=len(ids), key=key, credit=pf)
         req.task = asyncio.get_running_loop().create_task(
             self._prefill(pf, req, ids, priority, after)
         )
@@ -357,13 +386,13 @@ class Prefetcher:
                 self._spawn(self._quiet_abort(req.rid))
             return None
         req.result = result
-        pf.record.computed_tokens += result.computed_tokens
         return result
 
     def _stop(self, req: _Request) -> None:
         """Stop a request: cancel it before it reaches the engine, else abort it there."""
-        if not req.running:
+        if not req.running or req.stopping:
             return
+        req.stopping = True
         if not req.sent:
             req.dropped = True
             assert req.task is not None
@@ -393,15 +422,20 @@ class Prefetcher:
         self._open.discard(scope)
         if self.policy.enabled:
             self.timing.observe(scope.spec.name, scope.llm_calls > 0)
-        hits: set[str] = set()
+        hits: set[str] = {t for t, pf in scope.prefetches.items() if t in actual and not pf.failed}
+        kept: set[int] = set()
+        for target in hits:
+            pf = scope.prefetches[target]
+            for req in pf.requests:
+                req.credit = pf  # a request shared with a loser serves the winner
+                kept.add(id(req))
         for target, pf in scope.prefetches.items():
-            if target in actual and not pf.failed:
-                hits.add(target)
+            if target in hits:
                 pf.record.outcome = Outcome.HIT
                 self._instruments.record_hit(self.workflow.name)
                 self._spawn(self._settle(pf, hit=True))
             else:
-                self._drop(pf)
+                self._drop(pf, kept)
         self._observe(scope, actual)
         return hits
 
@@ -412,9 +446,11 @@ class Prefetcher:
             for pf in scope.prefetches.values():
                 self._drop(pf)
 
-    def _drop(self, pf: _Prefetch) -> None:
+    def _drop(self, pf: _Prefetch, kept: Collection[int] = ()) -> None:
+        """Stop ``pf``'s requests (except those in ``kept``, shared with a hit) and settle it."""
         for req in pf.requests:
-            self._stop(req)
+            if id(req) not in kept:
+                self._stop(req)
         self._spawn(self._settle(pf, hit=False))
 
     async def _settle(self, pf: _Prefetch, *, hit: bool) -> None:
@@ -422,6 +458,9 @@ class Prefetcher:
         pending = [t for t in pf.tasks() if not t.done()]
         if pending:
             await asyncio.wait(pending)
+        pf.record.computed_tokens = sum(
+            r.result.computed_tokens for r in pf.requests if r.result is not None and r.credit is pf
+        )
         if pf.record.kind == CONFIRMED:
             latest = pf.latest
             stopped = latest is not None and latest.stopped
@@ -453,8 +492,10 @@ class Prefetcher:
             # Score the guardrail only where a prediction was made (not in disabled runs).
             if real and scope.predictions:
                 p = self.policy
-                top = [n for n, prob in scope.predictions if n != END and prob >= p.min_p]
-                self.guardrail.observe(any(a in top[: p.top_n] for a in real))
+                top = choose_candidates(
+                    scope.predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p
+                )
+                self.guardrail.observe(any(a in {name for _, name, _ in top} for a in real))
         except Exception as exc:
             self._swallow(exc, "updating the predictor after step %r", scope.spec.name)
 
