@@ -162,8 +162,11 @@ def run(
         bool, typer.Option("--no-prefetch", help="Reactive baseline: no speculation.")
     ] = False,
     top_n: Annotated[
-        int, typer.Option("--top-n", min=1, max=16, help="Successors to prefetch per step.")
-    ] = 2,
+        int | None,
+        typer.Option(
+            "--top-n", min=1, max=16, help="Successors to prefetch per step (default: policy's)."
+        ),
+    ] = None,
     state_dir: Annotated[
         Path | None, typer.Option("--state-dir", help="Learned predictor state directory.")
     ] = None,
@@ -197,7 +200,7 @@ def _run(
     engine: str,
     model: str,
     no_prefetch: bool,
-    top_n: int,
+    top_n: int | None,
     state_dir: Path | None,
     trace: Path | None,
     otlp: str | None,
@@ -205,7 +208,10 @@ def _run(
 ) -> None:
     workflow = load_workflow(target)
     texts = _inputs(workflow, input, inputs, runs)
-    policy = PrefetchPolicy.disabled() if no_prefetch else PrefetchPolicy(top_n=top_n)
+    if no_prefetch:
+        policy = PrefetchPolicy.disabled()
+    else:
+        policy = PrefetchPolicy() if top_n is None else PrefetchPolicy(top_n=top_n)
     sdir = state_dir or _default_state_dir()
     telemetry = tm.configure(trace_file=trace, otlp_endpoint=otlp) if (trace or otlp) else None
     err = Console(stderr=True)
