@@ -128,9 +128,8 @@ async def test_exact_after_partial_aborted_prefill() -> None:
         pause.go.set()
         result = await task
         assert result.status is PrefillStatus.ABORTED
-        # Three chunks done; the abort interrupted the one in flight (before its first layer).
-        assert result.computed_tokens == 48
-        assert engine.scheduler.chunks_interrupted == 1
+        assert result.computed_tokens == 64  # three chunks done + the one in flight
+        assert engine.scheduler.chunks_interrupted == 0  # an abort lets the chunk finish
         warm = await engine.next_token_logits(ids)
         torch.testing.assert_close(warm, cold_logits(ids), atol=TOL, rtol=0)
         out = await engine.generate(ids, max_tokens=5)
@@ -161,18 +160,13 @@ async def test_abort_speculative_prefill_mid_way_keeps_prefix_and_locks() -> Non
         await engine.abort("spec")
         pause.go.set()
         result = await task
-        events = list(engine.scheduler.events)
-        # The chunk in flight yielded to the abort, and nothing of "spec" ran after it.
-        assert (events[events_before - 1].kind, events[events_before - 1].start) == (
-            "interrupted",
-            96,
-        )
-        assert [e for e in events[events_before:] if e.rid == "spec"] == []
+        after = list(engine.scheduler.events)[events_before:]
+        assert [e for e in after if e.rid == "spec"] == []  # only the in-flight chunk ran
         assert result.status is PrefillStatus.ABORTED
-        assert (result.cached_tokens, result.computed_tokens) == (0, 96)
+        assert (result.cached_tokens, result.computed_tokens) == (0, 128)
         await settle(engine)
         live = await engine.generate(ids, max_tokens=1)
-        assert live.cached_tokens == result.computed_tokens == 96
+        assert live.cached_tokens == result.computed_tokens == 128
         stats = await engine.stats()
         assert stats.aborted == 1 and stats.requests == 2
 

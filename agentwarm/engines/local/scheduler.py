@@ -14,9 +14,10 @@ Rules the scheduler keeps:
   preempts speculative work at the next chunk boundary, and aborts take effect there too. The
   batch size is one: within a priority class requests run first come, first served.
 * A chunk of lower priority than live work yields *inside* its forward pass: when a request of
-  higher priority arrives, or the running request is aborted, the chunk stops at the next layer
-  and is discarded (nothing of it is kept), so a live request waits for one layer of
-  speculative work, not a whole chunk. ``chunks_interrupted`` counts them.
+  higher priority arrives, the chunk stops at the next layer and is discarded (nothing of it is
+  kept), so a live request waits for one layer of speculative work, not a whole chunk.
+  ``chunks_interrupted`` counts them. An abort does not interrupt: the chunk in flight finishes
+  and its KV is kept (a prefetch superseded by a longer one needs exactly that prefix).
 * Each prefill chunk's KV is inserted into the tree as soon as it is computed, and the request
   keeps a lock on the path it covers. A request that resumes after another request ran first
   re-matches the tree and skips whatever that request computed (promotion: a live request over
@@ -195,8 +196,6 @@ class Scheduler:
         """Abort ``rid`` at the next step boundary; drop its pin if it is a finished prefill."""
         with self._cv:
             self._aborts.append(rid)
-            if self._running is not None and self._running.rid == rid:
-                self._yield = True
             self._cv.notify()
 
     def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
