@@ -28,7 +28,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Collection, Coroutine, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -194,14 +194,9 @@ class Prefetcher:
             )
             if hinted is not None and hinted not in {name for _, name, _ in chosen}:
                 chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
-            spent = 0
-            for rank, name, p in chosen:
-                ids = self.renderer.prefix_ids(self.workflow.nodes[name])
-                if not ids:
-                    continue
-                if spent + len(ids) > self.budget:
-                    break
-                spent += len(ids)
+            ranked = {name: (rank, p) for rank, name, p in chosen}
+            for name, ids in self._within_budget(ranked):
+                rank, p = ranked[name]
                 self._start(scope, name, p, rank, ids)
         except Exception as exc:
             self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
@@ -228,14 +223,7 @@ class Prefetcher:
             hinted = self._hinted(scope, output_text)
             if hinted is not None and hinted not in scope.prefetches:
                 targets.append(hinted)
-            spent = 0
-            for target in targets:
-                ids = self.renderer.prefix_ids(self.workflow.nodes[target])
-                if not ids:
-                    continue
-                if spent + len(ids) > self.budget:
-                    break
-                spent += len(ids)
+            for target, ids in self._within_budget(targets):
                 pf = scope.prefetches.get(target)
                 if pf is None:
                     p = dict(scope.predictions).get(target, 0.0)
@@ -246,6 +234,19 @@ class Prefetcher:
                     self._send(scope, pf, ids)
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
+
+    def _within_budget(self, targets: Iterable[str]) -> Iterator[tuple[str, list[int]]]:
+        """Each target's known prefix, in order, until the step's token budget would be passed
+        (targets with nothing known yet are skipped)."""
+        spent = 0
+        for target in targets:
+            ids = self.renderer.prefix_ids(self.workflow.nodes[target])
+            if not ids:
+                continue
+            if spent + len(ids) > self.budget:
+                return
+            spent += len(ids)
+            yield target, ids
 
     def _swallow(self, exc: Exception, what: str, *args: object) -> None:
         """Speculation never breaks a workflow: log (traceback at DEBUG) and count."""
