@@ -92,6 +92,8 @@ class Profile(BaseModel):
     model: str
     config: BenchConfig
     description: str
+    #: Printed with the report (and ``noise_note`` in ``--json``) when its figures mean little.
+    noise_note: str | None = None
 
 
 PROFILES: dict[str, Profile] = {
@@ -99,6 +101,11 @@ PROFILES: dict[str, Profile] = {
         name="quick",
         model="tiny",
         description="tiny preset, 6 short episodes, short think times: a smoke test (CI)",
+        noise_note=(
+            "quick profile: a smoke test (tiny model, 6 short episodes); its ratios are noise "
+            "and vary from run to run (agentwarm can even 'beat' the oracle) - "
+            "use --profile full for figures"
+        ),
         config=BenchConfig(
             episodes=6,
             think="lognormal:mean=0.15,sigma=0.5",

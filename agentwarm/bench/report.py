@@ -127,7 +127,8 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise ConfigError(
-            "--plot needs matplotlib, which is not installed: pip install 'agentwarm[plot]'"
+            "--plot needs matplotlib (an agentwarm dependency), which is not installed: "
+            "pip install 'matplotlib>=3.8'"
         ) from exc
 
 
@@ -143,6 +144,10 @@ class BenchReport:
     ttfts: dict[str, list[float]] = field(default_factory=dict)
     runs: dict[str, ModeRun] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    #: Why the figures mean little (the quick profile), or ``None``.
+    noise_note: str | None = None
+    #: One-line remarks on the inputs (e.g. steps replayed without a tool schema).
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def from_runs(
@@ -165,13 +170,15 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON-serializable object: ``modes``, the headline keys, ``config``,
-        ``workload`` and ``elapsed_s``."""
+        ``workload``, ``elapsed_s``, ``noise_note`` (string or null) and ``notes``."""
         return {
             "modes": self.modes,
             **self.headline,
             "config": self.config,
             "workload": self.workload,
             "elapsed_s": self.elapsed_s,
+            "noise_note": self.noise_note,
+            "notes": list(self.notes),
         }
 
     def render(self, console: Console) -> None:
@@ -213,6 +220,8 @@ class BenchReport:
             f"{_x(h['oracle_ttft_speedup_vs_reactive'])}) · makespan speedup "
             f"{_x(h['makespan_speedup_vs_reactive'])} · {self.elapsed_s:.0f} s"
         )
+        if self.noise_note:
+            console.print(f"[yellow]note:[/] {self.noise_note}", highlight=False)
 
     def plot(self, path: Path) -> None:
         """Write the TTFT CDF of every mode to ``path`` (PNG); needs matplotlib."""

@@ -30,6 +30,7 @@ async def run_bench(
     *,
     engine_label: str = "",
     on_episode: Callable[[str, int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> BenchReport:
     """Run the benchmark described by ``config``.
 
@@ -37,7 +38,8 @@ async def run_bench(
     every call (one per mode); this function closes each engine after its mode. Modes run one
     after another on the same test episodes in the same order. Requests of each mode use their
     own namespace (a random per-invocation prefix), so modes never share cached prefixes even
-    on one server.
+    on one server. ``on_episode(mode, done, total)`` reports progress; ``on_note(line)``
+    receives each remark on the inputs as soon as it is known (also in ``report.notes``).
 
     Raises :class:`~agentwarm.errors.ConfigError` for unusable inputs; engine failures
     propagate as :class:`~agentwarm.errors.EngineError`.
@@ -54,6 +56,7 @@ async def run_bench(
     workload: Workload | None = None
     described: dict[str, Any] = {}
     runs: list[ModeRun] = []
+    notes: list[str] = []
     for mode in config.modes:
         made = engine_factory()
         engine = await made if inspect.isawaitable(made) else made
@@ -70,6 +73,14 @@ async def run_bench(
                     tool_schemas=tools,
                 )
                 described = workload.describe(engine.encode)
+                if workload.plain_steps:
+                    notes.append(
+                        f"--tools {config.tools_file}: no schema for step(s) "
+                        f"{', '.join(workload.plain_steps)}; replayed as plain steps "
+                        "(no tool segment)"
+                    )
+                    if on_note is not None:
+                        on_note(notes[-1])
                 scripts = [workload.script(e) for e in test]
             runs.append(
                 await run_mode(
@@ -96,4 +107,5 @@ async def run_bench(
     summary["engine"] = engine_label
     report = BenchReport.from_runs(runs, config=summary, workload=described)
     report.elapsed_s = time.perf_counter() - t0
+    report.notes.extend(notes)
     return report

@@ -229,7 +229,8 @@ class Workload:
 
     ``system`` / ``tools`` map each node to its static prompt head (per :data:`LAYOUTS`);
     ``longest`` is the most steps of any episode it was built for (episodes replayed on its
-    workflow must not be longer).
+    workflow must not be longer). ``plain_steps`` are the steps the given tool schemas did not
+    cover: replayed without a tool segment.
     """
 
     steps: tuple[str, ...]
@@ -242,6 +243,7 @@ class Workload:
     system: dict[str, str]
     tools: dict[str, tuple[dict[str, Any], ...]]
     longest: int
+    plain_steps: tuple[str, ...] = ()
     _result_tokens: dict[str, int] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -260,7 +262,8 @@ class Workload:
         """Prompts for the step names of ``episodes``, sized in tokens of ``encode``.
 
         ``system_text`` replaces the generated policy; ``tool_schemas`` (OpenAI-style, matched
-        to steps by ``function.name``) replace the generated schemas and must cover every step.
+        to steps by ``function.name``) replace the generated schemas; a step none of them names
+        is a plain step (no tool segment), listed in ``plain_steps``.
         """
         if layout not in LAYOUTS:
             raise ConfigError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
@@ -278,7 +281,7 @@ class Workload:
         schemas = _match_schemas(steps, tool_schemas, seed, sizes, cpt)
         system: dict[str, str] = {}
         tools: dict[str, tuple[dict[str, Any], ...]] = {}
-        all_tools = tuple(schemas[s] for s in steps)
+        all_tools = tuple(schemas[s] for s in steps if s in schemas)
         for name in (entry, *steps):
             if layout == "shared":
                 system[name], tools[name] = policy, all_tools
@@ -289,7 +292,8 @@ class Workload:
                 continue
             n = prompts.rng_for(seed, "instructions-size", name).randint(*sizes.instructions)
             rules = prompts.instructions_text(seed, name, n, cpt)
-            system[name], tools[name] = f"{policy}\n\n{rules}", (schemas[name],)
+            own = (schemas[name],) if name in schemas else ()
+            system[name], tools[name] = f"{policy}\n\n{rules}", own
         result_tokens = {
             s: prompts.rng_for(seed, "result-size", s).randint(*sizes.result) for s in steps
         }
@@ -304,6 +308,7 @@ class Workload:
             system=system,
             tools=tools,
             longest=max(len(e.steps) for e in episodes),
+            plain_steps=tuple(s for s in steps if s not in schemas),
             _result_tokens=result_tokens,
         )
 
@@ -382,13 +387,7 @@ def _match_schemas(
         name = fn.get("name") if isinstance(fn, dict) else None
         if isinstance(name, str):
             by_name[name] = schema
-    missing = [s for s in steps if s not in by_name]
-    if missing:
-        raise ConfigError(
-            f"the tools file has no schema (function.name) for step(s) {', '.join(missing)}; "
-            "give a schema for every step name of the trajectories"
-        )
-    return {s: by_name[s] for s in steps}
+    return {s: by_name[s] for s in steps if s in by_name}
 
 
 def read_tools_file(path: Path) -> list[dict[str, Any]]:

@@ -174,9 +174,9 @@ def _bench(
     if is_url:
         label = f"{engine} (tokenizer {model or 'from the server'})"
     err = Console(stderr=True)
-    show = not as_json and err.is_terminal and os.environ.get("AGENTWARM_NO_PROGRESS") is None
-    report = _run(config, factory, label, err if show else None)
+    report = _run(config, factory, label, err)
     report.config["profile"] = prof.name
+    report.noise_note = prof.noise_note
     if plot is not None:
         report.plot(plot)
     if as_json:
@@ -187,14 +187,29 @@ def _bench(
         Console().print(f"TTFT CDF written to {plot}")
 
 
-def _run(config: BenchConfig, factory: Any, label: str, console: Console | None) -> BenchReport:
-    if console is None:
-        return asyncio.run(run_bench(config, factory, engine_label=label))
+def _run(config: BenchConfig, factory: Any, label: str, err: Console) -> BenchReport:
+    """Run the bench; progress and notes go to stderr (stdout holds only the report), as a
+    live bar on a terminal, else one line per episode; ``AGENTWARM_NO_PROGRESS`` silences
+    the progress (not the notes)."""
+
+    def on_note(line: str) -> None:
+        err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+
+    if os.environ.get("AGENTWARM_NO_PROGRESS") is not None:
+        return asyncio.run(run_bench(config, factory, engine_label=label, on_note=on_note))
+    if not err.is_terminal:
+
+        def log_episode(mode: str, done: int, total: int) -> None:
+            err.print(f"bench: {mode} {done}/{total} episodes", highlight=False, markup=False)
+
+        return asyncio.run(
+            run_bench(config, factory, engine_label=label, on_episode=log_episode, on_note=on_note)
+        )
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        console=console,
+        console=err,
         transient=True,
     ) as progress:
         tasks: dict[str, Any] = {}
@@ -204,7 +219,9 @@ def _run(config: BenchConfig, factory: Any, label: str, console: Console | None)
                 tasks[mode] = progress.add_task(mode, total=total)
             progress.update(tasks[mode], completed=done)
 
-        return asyncio.run(run_bench(config, factory, engine_label=label, on_episode=on_episode))
+        return asyncio.run(
+            run_bench(config, factory, engine_label=label, on_episode=on_episode, on_note=on_note)
+        )
 
 
 def register(app: typer.Typer) -> None:
