@@ -15,6 +15,11 @@ Rules callers keep:
   node always covers exactly the matched ids and ``values`` are whole node payloads.
 * ``lock(node)`` protects the path root→node until the matching ``unlock(node)``; locked nodes
   are never evicted. Every ``lock`` needs exactly one ``unlock`` on the same handle.
+* Namespace bookkeeping is bounded by the cache: a namespace's root exists only while it holds
+  a node or a lock. ``match_prefix`` in an unknown namespace returns a root that is not kept
+  until it is locked; the operation that leaves a root empty and unlocked (``unlock``,
+  ``insert`` with no room, ``evict``, ``reset``) drops it, so ``namespaces`` never keeps a
+  namespace whose prefixes are gone.
 * ``pin(node, ttl_s)`` protects node (and, because eviction is leaf-first, its ancestors) until
   ``unpin(node)`` or until the TTL runs out; an expired pin counts as no pin. Pins on a node are
   counted; ``unpin`` drops one and is a no-op on an unpinned or evicted node.
@@ -169,13 +174,20 @@ class RadixCache(Generic[V]):
 
     def match_prefix(self, namespace: str, ids: Sequence[int]) -> MatchResult[V]:
         """Longest cached prefix of ``ids`` in ``namespace``; touches the path's LRU time."""
-        node, length = self._walk(namespace, ids)
+        node, length = self._walk(namespace, ids, create=False)
         self._touch(node)
         path = node.path()
         return MatchResult(length, node, tuple(n.value for n in path))
 
-    def _walk(self, namespace: str, ids: Sequence[int]) -> tuple[RadixNode[V], int]:
-        node = self._root(namespace)
+    def _walk(
+        self, namespace: str, ids: Sequence[int], *, create: bool
+    ) -> tuple[RadixNode[V], int]:
+        node = self._roots.get(namespace)
+        if node is None:
+            node = RadixNode[V](namespace, (), None, None)
+            if create:
+                self._roots[namespace] = node
+            return node, 0
         pos = 0
         n = len(ids)
         while pos < n:
@@ -215,10 +227,11 @@ class RadixCache(Generic[V]):
                     f"value covers {have} tokens, ids[{value_offset}:] has "
                     f"{len(ids) - value_offset}"
                 )
-        node, cached = self._walk(namespace, ids)
+        node, cached = self._walk(namespace, ids, create=True)
         want = len(ids) - cached
         if want == 0 or cached < value_offset:
             self._touch(node)
+            self._drop_if_empty(node)
             return InsertResult(cached, node, cached)
         room = want
         if self.max_tokens is not None:
@@ -228,10 +241,11 @@ class RadixCache(Generic[V]):
                 try:
                     self.evict(want - free)
                 finally:
-                    self.unlock(node)
+                    self._unlock(node)
                 room = min(want, self.max_tokens - self.total_tokens)
         if room <= 0:
             self._touch(node)
+            self._drop_if_empty(node)
             return InsertResult(cached, node, cached)
         stop = cached + room
         piece: V | None = None
@@ -252,6 +266,8 @@ class RadixCache(Generic[V]):
 
     def lock(self, node: RadixNode[V]) -> None:
         """Protect the path root→``node`` from eviction (reference counted)."""
+        if node.parent is None and node.namespace not in self._roots:
+            self._roots[node.namespace] = node  # the root of a miss in a new namespace
         node.own_locks += 1
         self.active_locks += 1
         cur: RadixNode[V] | None = node
@@ -263,15 +279,21 @@ class RadixCache(Generic[V]):
 
     def unlock(self, node: RadixNode[V]) -> None:
         """Release one :meth:`lock` of ``node``. Raises ValueError if it holds none."""
+        self._drop_if_empty(self._unlock(node))
+
+    def _unlock(self, node: RadixNode[V]) -> RadixNode[V]:
+        """:meth:`unlock` without dropping an emptied root; returns the root of ``node``."""
         if node.own_locks <= 0:
             raise ValueError(f"unlock of a node that is not locked: {node!r}")
         node.own_locks -= 1
         self.active_locks -= 1
-        cur: RadixNode[V] | None = node
-        while cur is not None:
+        cur = node
+        while True:
             cur.lock_ref -= 1
             if cur.lock_ref == 0:
                 self.locked_tokens -= len(cur.key)
+            if cur.parent is None:
+                return cur
             cur = cur.parent
 
     def pin(self, node: RadixNode[V], ttl_s: float) -> None:
@@ -381,6 +403,16 @@ class RadixCache(Generic[V]):
             if not root.children and root.lock_ref == 0:
                 del self._roots[ns]
 
+    def _drop_if_empty(self, node: RadixNode[V]) -> None:
+        """Forget ``node``'s namespace if ``node`` is its root and holds no node and no lock."""
+        if (
+            node.parent is None
+            and not node.children
+            and node.lock_ref == 0
+            and self._roots.get(node.namespace) is node
+        ):
+            del self._roots[node.namespace]
+
     # --------------------------------------------------------------- counters
 
     @property
@@ -407,14 +439,8 @@ class RadixCache(Generic[V]):
 
     @property
     def namespaces(self) -> tuple[str, ...]:
+        """Namespaces that hold a cached prefix or a lock now."""
         return tuple(self._roots)
-
-    def _root(self, namespace: str) -> RadixNode[V]:
-        root = self._roots.get(namespace)
-        if root is None:
-            root = RadixNode[V](namespace, (), None, None)
-            self._roots[namespace] = root
-        return root
 
     def _nodes(self) -> Iterator[RadixNode[V]]:
         for root in self._roots.values():
@@ -458,6 +484,8 @@ class RadixCache(Generic[V]):
         for ns, root in self._roots.items():
             if root.parent is not None or root.key or root.namespace != ns:
                 problems.append(f"root of namespace {ns!r} is malformed: {root!r}")
+            if not root.children and root.lock_ref == 0:
+                problems.append(f"namespace {ns!r} is kept with no node and no lock")
             total_ns, locked_ns, locks_ns = self._check_subtree(root, problems)
             total += total_ns
             locked += locked_ns

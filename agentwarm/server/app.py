@@ -52,6 +52,7 @@ from agentwarm.engines.base import (
     Priority,
     new_rid,
 )
+from agentwarm.engines.namespace import namespace_key
 from agentwarm.errors import (
     EngineError,
     EngineTimeout,
@@ -229,7 +230,7 @@ class _Server:
                 f"sampling_params.max_new_tokens={sampling.max_new_tokens} exceeds this server's "
                 f"limit of {limit}",
             )
-        namespace = "|".join(dict.fromkeys(p for p in (req.cache_salt, req.extra_key) if p))
+        namespace = namespace_key(req.cache_salt, req.extra_key)
         session = request.headers.get(_ROUTING_HEADER) or req.routing_key or req.session_id
         return _Job(
             rid=req.rid or new_rid(),

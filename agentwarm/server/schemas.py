@@ -18,7 +18,11 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationError,
+    ValidationInfo,
+    field_validator,
 )
+
+from agentwarm.engines.namespace import check_part
 
 __all__ = (
     "AbortRequest",
@@ -50,8 +54,9 @@ class GenerateRequest(BaseModel):
     """``POST /generate``. Give exactly one of ``input_ids`` and ``text``; one prompt per request.
 
     The namespace (cache isolation) is ``cache_salt`` and/or ``extra_key`` (equal values count
-    once). The session (routing key, ignored by a single engine) is the ``X-SMG-Routing-Key``
-    header, else ``routing_key``, else ``session_id``.
+    once; see :mod:`agentwarm.engines.namespace`), each at most 256 bytes of UTF-8. The session
+    (routing key, ignored by a single engine) is the ``X-SMG-Routing-Key`` header, else
+    ``routing_key``, else ``session_id``.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -67,6 +72,11 @@ class GenerateRequest(BaseModel):
     routing_key: str | None = None
     session_id: str | None = None
     log_metrics: StrictBool = True
+
+    @field_validator("cache_salt", "extra_key")
+    @classmethod
+    def _namespace_part(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_part(str(info.field_name), value)
 
 
 class AbortRequest(BaseModel):

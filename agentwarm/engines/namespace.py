@@ -1,0 +1,55 @@
+"""Tenant namespaces: the one rule that turns a request's ``cache_salt`` and ``extra_key`` into
+the cache namespace an engine isolates by (``Engine.*(namespace=...)``).
+
+SGLang releases read the tenant from ``extra_key`` (0.5.x) or ``cache_salt`` (newer);
+:class:`~agentwarm.engines.sglang.SGLangEngine` sends its namespace in both, so a server sees
+the same value twice. The rule, used by ``agentwarm serve`` and nothing else forming one:
+
+* only one of them set (non-empty), or both equal → that value, unchanged;
+* neither → ``""`` (the shared default namespace);
+* both set and different → ``cache_salt + "\\0" + extra_key``.
+
+Each part is at most :data:`MAX_PART_BYTES` bytes of UTF-8 and contains no NUL
+(:func:`check_part`), so the mapping is injective: a value with no NUL is a single part, one with
+exactly one NUL splits back into its pair. ``cache_salt="a|b"`` and
+``(cache_salt="a", extra_key="b")`` are different tenants.
+"""
+
+from __future__ import annotations
+
+__all__ = ("MAX_PART_BYTES", "check_part", "namespace_key")
+
+MAX_PART_BYTES = 256
+"""Longest ``cache_salt`` / ``extra_key`` accepted, in UTF-8 bytes: a tenant id or its hash, not
+a payload (the namespace is kept for as long as the cache holds a prefix of it)."""
+
+_SEPARATOR = "\0"
+
+
+def check_part(field: str, value: str) -> str:
+    """``value`` if it is a valid ``field`` (``cache_salt`` or ``extra_key``), else ValueError
+    naming the field, the problem and the limit."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{field} is not valid UTF-8 text (lone surrogate at index {exc.start})"
+        ) from None
+    if size > MAX_PART_BYTES:
+        raise ValueError(
+            f"{field} is {size} bytes; the limit is {MAX_PART_BYTES} bytes of UTF-8 "
+            "(send a tenant id or a hash of it)"
+        )
+    if _SEPARATOR in value:
+        raise ValueError(f"{field} must not contain NUL (\\u0000)")
+    return value
+
+
+def namespace_key(cache_salt: str | None, extra_key: str | None) -> str:
+    """The cache namespace of a request with these fields (see the module docstring); both are
+    assumed to have passed :func:`check_part`."""
+    if not cache_salt or cache_salt == extra_key:
+        return extra_key or ""
+    if not extra_key:
+        return cache_salt
+    return cache_salt + _SEPARATOR + extra_key
