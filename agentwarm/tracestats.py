@@ -1,26 +1,19 @@
 """Branch statistics from agentwarm traces (the JSON-lines files ``agentwarm run --trace`` writes).
 
-Definitions (the same as the runtime's run summary, ``agentwarm.runtime.result``; the pure
-functions below take the runtime's own step and prefetch records as well as those read here):
+The overall figures (branch hit rate, acceptance ratio, wasted tokens, TTFT percentiles,
+estimated TTFT saved) are :class:`agentwarm.summary.Summary`, defined once in
+:mod:`agentwarm.summary` for traces and the runtime's own records alike. Read from traces:
 
 * A *step* is one ``invoke_agent {node}`` span with ``agentwarm.step.node``. Its edge is
   ``agentwarm.step.from`` → ``agentwarm.step.node``; a run's first step comes from ``__start__``.
-* *branch hit*: a step with a previous step whose node was speculatively prefetched during that
-  previous step (``agentwarm.step.prefetched``). **branch hit rate** = branch hits / steps that
-  have a previous step (0.0 when there are none).
+  It was a branch hit when ``agentwarm.step.prefetched`` is true.
 * A *prefetch* is a speculative ``agentwarm.prefill`` span (``agentwarm.prefill.kind`` =
-  ``speculative``); "confirmed" warm-ups of the known next node are not prefetches. Its edge is
-  ``agentwarm.prefill.source`` → ``agentwarm.prefill.target``. **acceptance ratio** = prefetches
-  with outcome ``hit`` / prefetches issued (0.0 when none were issued).
-* **wasted tokens**: ``agentwarm.prefill.computed_tokens`` summed over prefetches whose outcome is
-  not ``hit`` (wasted, cancelled, failed, or never resolved).
+  ``speculative``). Its edge is ``agentwarm.prefill.source`` → ``agentwarm.prefill.target``;
+  its wasted tokens are ``agentwarm.prefill.computed_tokens`` when its outcome is not ``hit``.
 * Per edge: *taken* = steps on the edge, *prefetched* = prefetches on the edge, *hits* = taken
   steps that were branch hits, *hit rate* = hits / taken (``None`` when never taken, and for
   edges out of ``__start__``, which are not branches). TTFT means are over the edge's steps
   that report ``agentwarm.step.ttft_s``, split by hit / not hit.
-* **estimated TTFT saved** = Σ over hit steps with a TTFT of (mean TTFT of the same workflow
-  node over its steps that were not hits − that step's TTFT). A hit step whose node has no
-  non-hit TTFT contributes nothing (no baseline). It can be negative if hits were slower.
 
 Readers are tolerant: lines that are not JSON, not span records, or agentwarm spans missing
 required attributes are reported as :class:`Problem` (file and 1-based line number) and skipped.
@@ -34,13 +27,23 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
+from agentwarm.summary import (
+    PrefillLike,
+    StepLike,
+    Summary,
+    acceptance_ratio,
+    branch_hit_rate,
+    has_previous,
+    summarize_steps,
+    wasted_tokens,
+)
 
 __all__ = (
     "EdgeStats",
@@ -58,52 +61,6 @@ __all__ = (
     "read_traces",
     "wasted_tokens",
 )
-
-
-class StepLike(Protocol):
-    """What the definitions need of a step (``runtime.result.StepRecord`` qualifies)."""
-
-    @property
-    def from_node(self) -> str: ...
-    @property
-    def prefetched(self) -> bool: ...
-
-
-class PrefillLike(Protocol):
-    """What the definitions need of a prefill (``runtime.result.PrefetchRecord`` qualifies)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def outcome(self) -> str | None: ...
-    @property
-    def computed_tokens(self) -> int: ...
-
-
-def has_previous(step: StepLike) -> bool:
-    """Whether the step had a previous step (it is not a run's first step)."""
-    return not step.from_node.startswith("__")
-
-
-def branch_hit_rate(steps: Iterable[StepLike]) -> float:
-    """Branch hits / steps that have a previous step; 0.0 when no step has one."""
-    with_prev = [s for s in steps if has_previous(s)]
-    return sum(1 for s in with_prev if s.prefetched) / len(with_prev) if with_prev else 0.0
-
-
-def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float:
-    """Speculative prefills with outcome ``hit`` / speculative prefills; 0.0 when none."""
-    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
-    return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else 0.0
-
-
-def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
-    """Tokens computed by speculative prefills whose outcome is not ``hit``."""
-    return sum(
-        p.computed_tokens
-        for p in prefills
-        if p.kind == tm.KIND_SPECULATIVE and p.outcome != tm.OUTCOME_HIT
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,23 +334,14 @@ class EdgeStats:
 
 
 @dataclass
-class TraceStats:
-    """Aggregate branch statistics (see the module docstring for every definition)."""
+class TraceStats(Summary):
+    """The :class:`~agentwarm.summary.Summary` of the traced runs, plus per-edge counts.
 
-    edges: list[EdgeStats]
-    workflows: list[str]
-    runs: int
-    steps: int
-    branch_steps: int
-    branch_hits: int
-    branch_hit_rate: float
-    acceptance_ratio: float
-    prefetches_issued: int
-    prefetch_hits: int
-    wasted_tokens: int
-    ttft_saved_s: float
-    prompt_tokens: int
-    cached_tokens: int
+    ``workflow`` is ``None`` when the traces mix several workflows; ``workflows`` lists them.
+    """
+
+    edges: list[EdgeStats] = field(default_factory=list)
+    workflows: list[str] = field(default_factory=list)
 
     def edge(self, from_node: str, to_node: str, workflow: str | None = None) -> EdgeStats | None:
         for e in self.edges:
@@ -402,22 +350,8 @@ class TraceStats:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workflows": self.workflows,
-            "runs": self.runs,
-            "steps": self.steps,
-            "branch_steps": self.branch_steps,
-            "branch_hits": self.branch_hits,
-            "branch_hit_rate": self.branch_hit_rate,
-            "acceptance_ratio": self.acceptance_ratio,
-            "prefetches_issued": self.prefetches_issued,
-            "prefetch_hits": self.prefetch_hits,
-            "wasted_tokens": self.wasted_tokens,
-            "ttft_saved_s": self.ttft_saved_s,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "edges": [e.to_dict() for e in self.edges],
-        }
+        """The summary's keys (the same as ``agentwarm run --json``'s) and ``edges``."""
+        return {**super().to_dict(), "edges": [e.to_dict() for e in self.edges]}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -441,7 +375,6 @@ def compute_stats(
 
     ttft_hit: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     ttft_miss: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    node_miss: dict[tuple[str, str], list[float]] = defaultdict(list)
     for s in steps:
         e = edge(s.workflow, s.from_node, s.node)
         e.taken += 1
@@ -449,10 +382,9 @@ def compute_stats(
         if s.ttft_s is not None:
             key = (s.workflow, s.from_node, s.node)
             (ttft_hit if s.prefetched else ttft_miss)[key].append(s.ttft_s)
-            if not s.prefetched:
-                node_miss[(s.workflow, s.node)].append(s.ttft_s)
-    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
-    for p in spec:
+    for p in prefills:
+        if p.kind != tm.KIND_SPECULATIVE:
+            continue
         e = edge(p.workflow, p.source, p.target)
         e.prefetched += 1
         if p.outcome != tm.OUTCOME_HIT:
@@ -461,30 +393,16 @@ def compute_stats(
         e.ttft_hit_mean_s = _mean(ttft_hit.get(key, []))
         e.ttft_miss_mean_s = _mean(ttft_miss.get(key, []))
 
-    saved = 0.0
-    for s in steps:
-        baseline = _mean(node_miss.get((s.workflow, s.node), []))
-        if s.prefetched and s.ttft_s is not None and baseline is not None:
-            saved += baseline - s.ttft_s
-
     ordered = sorted(
         edges.values(),
         key=lambda e: (e.workflow, e.from_node != tm.START, e.from_node, -e.taken, e.to_node),
     )
-    with_prev = [s for s in steps if has_previous(s)]
-    return TraceStats(
-        edges=ordered,
-        workflows=sorted({s.workflow for s in steps} | {p.workflow for p in prefills}),
+    workflows = sorted({s.workflow for s in steps} | {p.workflow for p in prefills})
+    summary = summarize_steps(
+        steps,
+        prefills,
+        workflow=workflows[0] if len(workflows) == 1 else None,
         runs=len({(s.workflow, s.run_id) for s in steps}),
-        steps=len(steps),
-        branch_steps=len(with_prev),
-        branch_hits=sum(1 for s in with_prev if s.prefetched),
-        branch_hit_rate=branch_hit_rate(steps),
-        acceptance_ratio=acceptance_ratio(prefills),
-        prefetches_issued=len(spec),
-        prefetch_hits=sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT),
-        wasted_tokens=wasted_tokens(prefills),
-        ttft_saved_s=saved,
-        prompt_tokens=sum(s.prompt_tokens for s in steps),
-        cached_tokens=sum(s.cached_tokens for s in steps),
+        node_key=lambda s: (s.workflow, s.node),
     )
+    return TraceStats(**summary.to_dict(), edges=ordered, workflows=workflows)

@@ -11,8 +11,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agentwarm._fmt import NA, ms, pct, plural
 from agentwarm.cli._errors import cli_errors
-from agentwarm.tracestats import Problem, TraceStats, compute_stats, read_traces
+from agentwarm.errors import ConfigError
+from agentwarm.tracestats import Problem, TraceData, TraceStats, compute_stats, read_traces
 
 __all__ = ("hit_rate_style", "print_problems", "register", "stats")
 
@@ -24,14 +26,6 @@ def hit_rate_style(rate: float | None) -> str:
     if rate is None:
         return "dim"
     return "green" if rate >= 0.7 else "yellow" if rate >= 0.3 else "red"
-
-
-def _pct(rate: float | None) -> str:
-    return "—" if rate is None else f"{rate:.0%}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.1f}"
 
 
 def print_problems(problems: list[Problem]) -> None:
@@ -61,10 +55,10 @@ def _table(st: TraceStats) -> Table:
             str(e.taken),
             str(e.prefetched),
             str(e.hits),
-            Text(_pct(e.hit_rate), style=hit_rate_style(e.hit_rate)),
+            Text(pct(e.hit_rate), style=hit_rate_style(e.hit_rate)),
             str(e.wasted_tokens),
-            _ms(e.ttft_hit_mean_s),
-            _ms(e.ttft_miss_mean_s),
+            ms(e.ttft_hit_mean_s),
+            ms(e.ttft_miss_mean_s),
         ]
         table.add_row(*row)
     return table
@@ -73,15 +67,45 @@ def _table(st: TraceStats) -> Table:
 def _summary(st: TraceStats) -> Text:
     out = Text()
     out.append("branch hit rate   ")
-    out.append(f"{st.branch_hit_rate:.1%}", style=hit_rate_style(st.branch_hit_rate))
-    out.append(f"  ({st.branch_hits}/{st.branch_steps} steps after a run's first)\n")
-    out.append(f"acceptance ratio  {st.acceptance_ratio:.1%}")
-    out.append(f"  ({st.prefetch_hits}/{st.prefetches_issued} speculative prefills used)\n")
+    if st.branch_steps:
+        out.append(f"{st.branch_hit_rate:.1%}", style=hit_rate_style(st.branch_hit_rate))
+        out.append(f"  ({st.branch_hits}/{plural(st.branch_steps, 'step')} after a run's first)\n")
+    else:
+        out.append(f"{NA}  (no step after a run's first)\n")
+    if st.prefetches_issued:
+        out.append(f"acceptance ratio  {st.acceptance_ratio:.1%}")
+        out.append(f"  ({st.prefetch_hits}/{st.prefetches_issued} speculative prefills used)\n")
+    else:
+        out.append(f"acceptance ratio  {NA}  (no speculative prefills)\n")
     out.append(f"wasted tokens     {st.wasted_tokens}\n")
     out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens\n")
-    out.append(f"TTFT saved (est.) {st.ttft_saved_s * 1000:.1f} ms")
-    out.append("  (Σ over hits: node's mean TTFT when not prefetched − TTFT of the hit)", "dim")
+    out.append(f"TTFT p50 / p95    {ms(st.ttft_p50_s)} / {ms(st.ttft_p95_s)} ms\n")
+    if st.ttft_saved_s is None:
+        out.append("TTFT saved (est.) n/a")
+        out.append("  (no hit node also ran without a prefetch: no baseline)", "dim")
+    else:
+        out.append(f"TTFT saved (est.) {ms(st.ttft_saved_s)} ms")
+        out.append("  (Σ over hits: node's mean TTFT when not prefetched − TTFT of the hit)", "dim")
     return out
+
+
+def _require_spans(
+    st: TraceStats, data: TraceData, traces: list[Path], workflow: str | None
+) -> None:
+    """Nothing to report is the user's mistake (wrong file, wrong workflow name): exit 2."""
+    if st.steps or st.prefetches_issued:
+        return
+    where = f"{plural(len(traces), 'file')} ({plural(data.spans, 'span')} read)"
+    if workflow is not None and (data.steps or data.prefills):
+        known = sorted({s.workflow for s in data.steps} | {p.workflow for p in data.prefills})
+        raise ConfigError(
+            f"no spans of workflow '{workflow}' in {where}; "
+            f"the traces hold {', '.join(repr(k) for k in known)}: fix --workflow"
+        )
+    raise ConfigError(
+        f"no agentwarm step or prefill spans in {where}; "
+        "write traces with `agentwarm run --trace FILE`"
+    )
 
 
 def stats(
@@ -101,8 +125,9 @@ def stats(
     """Per-edge branch hit rates, prefetch acceptance and waste, TTFT on hit vs miss."""
     with cli_errors():
         data = read_traces(traces)
-    print_problems(data.problems)
-    st = compute_stats(data.steps, data.prefills, workflow=workflow)
+        print_problems(data.problems)
+        st = compute_stats(data.steps, data.prefills, workflow=workflow)
+        _require_spans(st, data, traces, workflow)
     if json_out:
         out = st.to_dict()
         out["files"] = [str(p) for p in traces]
@@ -110,15 +135,9 @@ def stats(
         typer.echo(json.dumps(out, indent=2))
         return
     console = Console(highlight=False)
-    if not st.steps and not st.prefetches_issued:
-        console.print(
-            f"No agentwarm step or prefill spans in {len(traces)} file(s) "
-            f"({data.spans} spans read). Write traces with `agentwarm run --trace FILE`."
-        )
-        return
-    head = f"{st.runs} runs · {st.steps} steps · {len(traces)} file(s)"
-    if len(st.workflows) == 1:
-        head = f"{st.workflows[0]}: {head}"
+    head = f"{plural(st.runs, 'run')} · {plural(st.steps, 'step')} · {plural(len(traces), 'file')}"
+    if st.workflow is not None:
+        head = f"{st.workflow}: {head}"
     console.print(head, style="bold")
     console.print(_table(st))
     console.print(_summary(st))

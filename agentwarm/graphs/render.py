@@ -20,6 +20,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentwarm._fmt import NA, pct, plural
 from agentwarm.errors import ConfigError
 from agentwarm.graphs._node import END, START
 
@@ -77,6 +78,8 @@ class GraphInfo:
     has_probabilities: bool = False
     runs: int = 0
     visits: Mapping[str, int] = field(default_factory=dict)
+    observed: bool = False
+    """Whether trace statistics were given: without them taken/prefetched/hits are unknown."""
 
 
 def graph_info(
@@ -123,6 +126,7 @@ def graph_info(
         has_probabilities=probabilities is not None,
         runs=stats.runs if stats else 0,
         visits=visits if stats else {},
+        observed=stats is not None,
     )
 
 
@@ -142,10 +146,6 @@ def hit_colour(rate: float | None) -> str:
     return "#" + "".join(f"{c:02x}" for c in rgb)
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x:.0%}"
-
-
 # --- text and DOT -------------------------------------------------------------------------------
 
 
@@ -156,7 +156,7 @@ def render_text(info: GraphInfo) -> Table:
 
     title = f"{info.name}: {len(info.nodes)} nodes, entry {info.entry}"
     if info.runs:
-        title += f", hit rates from {info.runs} traced runs"
+        title += f", hit rates from {plural(info.runs, 'traced run')}"
     table = Table(title=title, title_justify="left", header_style="bold")
     for col, justify in (("from", "left"), ("to", "left"), ("P(to | from)", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
@@ -171,11 +171,9 @@ def render_text(info: GraphInfo) -> Table:
         table.add_row(
             _label(e.source),
             _label(e.target) + ("" if e.declared else " (undeclared)"),
-            bar or "—",
-            str(e.taken),
-            str(e.prefetched),
-            str(e.hits),
-            Text(_pct(rate), style="dim" if rate is None else hit_colour(rate)),
+            bar or NA,
+            *((str(e.taken), str(e.prefetched), str(e.hits)) if info.observed else (NA,) * 3),
+            Text(pct(rate), style="dim" if rate is None else hit_colour(rate)),
         )
     return table
 
@@ -405,7 +403,8 @@ def layout(info: GraphInfo) -> Scene:
     scene = Scene(width, height)
     learned = info.has_probabilities
     subtitle = "edge width: learned P(next | node)" if learned else "no learned state"
-    subtitle += f" · colour: branch hit rate over {info.runs} runs" if info.runs else " · no traces"
+    runs = plural(info.runs, "run")
+    subtitle += f" · colour: branch hit rate over {runs}" if info.runs else " · no traces"
     subtitle += " · label: P · hits/taken"
     scene.texts.append((MARGIN, MARGIN + 4, info.name, 18.0, "start", "#0f172a", True))
     scene.texts.append((MARGIN, MARGIN + 24, subtitle, 11.0, "start", "#64748b", False))
@@ -500,7 +499,7 @@ def layout(info: GraphInfo) -> Scene:
             ty = bx.y + bx.h / 2 - (6 if info.visits else 0)
             scene.texts.append((bx.cx, ty, n, FONT, "middle", "#0f172a", entry))
             if info.visits:
-                v = f"{info.visits.get(n, 0)} visits"
+                v = plural(info.visits.get(n, 0), "visit")
                 scene.texts.append((bx.cx, ty + 14, v, 9.5, "middle", "#64748b", False))
     _legend(scene, MARGIN, height - 22.0)
     return scene

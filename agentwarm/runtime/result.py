@@ -1,13 +1,8 @@
 """What a run returns: the path taken and one record per step, with its prefetches.
 
-Definitions (shared with ``agentwarm stats`` and the benchmark):
-
-* *branch hit*: a step (other than the first of a run) whose node was speculatively prefetched
-  during the previous step of its branch. ``branch_hit_rate`` = branch hits / steps that have a
-  previous step.
-* *acceptance ratio*: speculative prefetches whose target was taken / speculative prefetches
-  issued. With top-N it is at most 1/N per step by construction.
-* *wasted tokens*: tokens computed by speculative prefetches whose target was not taken.
+The figures over runs (branch hit rate, acceptance ratio, wasted tokens, TTFT percentiles...)
+are defined once, in :mod:`agentwarm.summary`, shared with ``agentwarm stats`` and the benchmark.
+With top-N the acceptance ratio is at most 1/N per step by construction.
 
 "Confirmed" warm-ups (the actual next node's prefix, sent once it is known) are not
 speculation: they are recorded but excluded from the prefetch counts.
@@ -15,9 +10,10 @@ speculation: they are recorded but excluded from the prefetch counts.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from agentwarm.summary import summarize_steps
 
 __all__ = ("Outcome", "PrefetchRecord", "RunResult", "StepRecord", "summarize")
 
@@ -103,34 +99,18 @@ class RunResult:
         return out
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
-
-
-def summarize(results: list[RunResult]) -> dict[str, Any]:
-    """Aggregate figures over runs, by the definitions in this module's docstring."""
-    steps = [s for r in results for s in r.steps]
-    with_prev = [s for s in steps if s.outcome != "none"]
-    spec = [p for r in results for p in r.speculative_prefetches]
-    hits = sum(1 for p in spec if p.outcome == Outcome.HIT)
-    ttfts = [s.ttft_s for s in steps if s.ttft_s is not None]
-    return {
-        "runs": len(results),
-        "steps": len(steps),
-        "branch_hit_rate": (
-            sum(1 for s in with_prev if s.prefetched) / len(with_prev) if with_prev else 0.0
-        ),
-        "acceptance_ratio": hits / len(spec) if spec else 0.0,
-        "prefetches_issued": len(spec),
-        "prefetch_hits": hits,
-        "wasted_tokens": sum(p.computed_tokens for p in spec if p.outcome != Outcome.HIT),
-        "prompt_tokens": sum(s.prompt_tokens for s in steps),
-        "cached_tokens": sum(s.cached_tokens for s in steps),
-        "ttft_mean_s": statistics.fmean(ttfts) if ttfts else None,
-        "ttft_p50_s": _percentile(ttfts, 50),
-        "ttft_p95_s": _percentile(ttfts, 95),
-    }
+def summarize(results: list[RunResult], *, workflow: str | None = None) -> dict[str, Any]:
+    """Aggregate figures over runs (:class:`agentwarm.summary.Summary` as a dict, the keys of
+    ``agentwarm run --json`` and ``agentwarm stats --json``). ``workflow`` defaults to the runs'
+    own workflow name (``None`` when they mix several, or there are none)."""
+    names = {r.workflow for r in results}
+    if workflow is None and len(names) == 1:
+        workflow = next(iter(names))
+    wf_of = {id(s): r.workflow for r in results for s in r.steps}
+    return summarize_steps(
+        [s for r in results for s in r.steps],
+        [p for r in results for s in r.steps for p in s.prefetches],
+        workflow=workflow,
+        runs=len(results),
+        node_key=lambda s: (wf_of[id(s)], s.node),
+    ).to_dict()

@@ -88,7 +88,9 @@ def test_text_with_traces(flow: Path, state_dir: Path, tmp_path: Path) -> None:
         env={"COLUMNS": "150"},
     )
     assert result.exit_code == 0, result.output
-    assert "flow: 4 nodes, entry plan, hit rates from 1 traced runs" in result.stdout
+    assert result.stdout.splitlines()[0].rstrip() == (
+        "flow: 4 nodes, entry plan, hit rates from 1 traced run"
+    )
     assert "│ plan   │ tool   │ ████░░░░░░ 0.39 │     1 │          0 │    1 │     100% │" in (
         result.stdout
     )

@@ -124,7 +124,8 @@ def test_text_table() -> None:
     console = Console(width=140, record=True)
     console.print(render_text(graph_info(workflow(), PROBS, stats())))
     text = console.export_text()
-    assert "agent: 4 nodes, entry plan, hit rates from 1 traced runs" in text
+    title = text.splitlines()[0].rstrip()
+    assert title == "agent: 4 nodes, entry plan, hit rates from 1 traced run"
     rows = [line for line in text.splitlines() if line.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == [
         "START",

@@ -1,0 +1,200 @@
+"""The figures of a set of runs: one definition, and one set of key names, for
+``agentwarm run --json`` (from the runtime's records), ``agentwarm stats --json`` (from trace
+spans) and the benchmark.
+
+Definitions:
+
+* A run's first step comes from ``__start__``; every other step has a previous step.
+* *branch hit*: a step with a previous step whose node was speculatively prefetched during that
+  previous step. **branch hit rate** = branch hits / steps that have a previous step (0.0 when
+  there are none).
+* A *prefetch* is a speculative prefill (kind ``speculative``); "confirmed" warm-ups of the known
+  next node are not prefetches. **acceptance ratio** = prefetches with outcome ``hit`` /
+  prefetches issued (0.0 when none were issued).
+* **wasted tokens**: tokens computed by prefetches whose outcome is not ``hit`` (wasted,
+  cancelled, failed, or never resolved).
+* TTFT mean and percentiles (p50, p95, inclusive method) are over the steps that report a TTFT
+  (those that made an LLM call); ``None`` when none did.
+* **estimated TTFT saved** = Σ over hit steps with a TTFT of (mean TTFT of the same workflow
+  node over its steps that were not hits − that step's TTFT). A hit step whose node has no
+  non-hit TTFT contributes nothing (no baseline). It is 0.0 when there were no hit steps and
+  ``None`` ("n/a") when there were some but none had a baseline. It can be negative if hits
+  were slower.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, TypeVar
+
+from agentwarm import telemetry as tm
+
+__all__ = (
+    "SUMMARY_KEYS",
+    "PrefillLike",
+    "StepLike",
+    "Summary",
+    "acceptance_ratio",
+    "branch_hit_rate",
+    "has_previous",
+    "percentile",
+    "summarize_steps",
+    "ttft_saved",
+    "wasted_tokens",
+)
+
+
+class StepLike(Protocol):
+    """What the definitions need of a step (``runtime.result.StepRecord`` and
+    ``tracestats.StepSpan`` qualify)."""
+
+    @property
+    def from_node(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def prefetched(self) -> bool: ...
+    @property
+    def ttft_s(self) -> float | None: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def cached_tokens(self) -> int: ...
+
+
+class PrefillLike(Protocol):
+    """What the definitions need of a prefill (``runtime.result.PrefetchRecord`` and
+    ``tracestats.PrefillSpan`` qualify)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def computed_tokens(self) -> int: ...
+
+
+S = TypeVar("S", bound=StepLike)
+
+
+def has_previous(step: StepLike) -> bool:
+    """Whether the step had a previous step (it is not a run's first step)."""
+    return not step.from_node.startswith("__")
+
+
+def branch_hit_rate(steps: Iterable[StepLike]) -> float:
+    """Branch hits / steps that have a previous step; 0.0 when no step has one."""
+    with_prev = [s for s in steps if has_previous(s)]
+    return sum(1 for s in with_prev if s.prefetched) / len(with_prev) if with_prev else 0.0
+
+
+def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float:
+    """Speculative prefills with outcome ``hit`` / speculative prefills; 0.0 when none."""
+    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
+    return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else 0.0
+
+
+def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
+    """Tokens computed by speculative prefills whose outcome is not ``hit``."""
+    return sum(
+        p.computed_tokens
+        for p in prefills
+        if p.kind == tm.KIND_SPECULATIVE and p.outcome != tm.OUTCOME_HIT
+    )
+
+
+def percentile(values: Sequence[float], q: int) -> float | None:
+    """The ``q``-th percentile (1..99, inclusive method); ``None`` for no values."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def ttft_saved(steps: Sequence[S], node_key: Callable[[S], Hashable] | None = None) -> float | None:
+    """Estimated TTFT saved by hits (module docstring); ``node_key`` names a step's workflow
+    node (default: ``step.node``, right when all steps are of one workflow)."""
+    key: Callable[[S], Hashable] = node_key or (lambda s: s.node)
+    misses: dict[Hashable, list[float]] = defaultdict(list)
+    for s in steps:
+        if not s.prefetched and s.ttft_s is not None:
+            misses[key(s)].append(s.ttft_s)
+    hits = [s for s in steps if s.prefetched and s.ttft_s is not None]
+    if not hits:
+        return 0.0
+    gains = [
+        statistics.fmean(misses[key(s)]) - s.ttft_s
+        for s in hits
+        if s.ttft_s is not None and misses.get(key(s))
+    ]
+    return math.fsum(gains) if gains else None
+
+
+@dataclass
+class Summary:
+    """Overall figures of a set of runs; its field names are the JSON keys of both
+    ``agentwarm run --json`` and ``agentwarm stats --json``."""
+
+    workflow: str | None
+    """The workflow's name; ``None`` when the figures mix several workflows (or none)."""
+    runs: int
+    steps: int
+    branch_steps: int
+    branch_hits: int
+    branch_hit_rate: float
+    acceptance_ratio: float
+    prefetches_issued: int
+    prefetch_hits: int
+    wasted_tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_mean_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    ttft_saved_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary's figures under :data:`SUMMARY_KEYS` (a subclass's extra fields are not
+        included)."""
+        return {k: getattr(self, k) for k in SUMMARY_KEYS}
+
+
+SUMMARY_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Summary))
+
+
+def summarize_steps(
+    steps: Sequence[S],
+    prefills: Sequence[PrefillLike],
+    *,
+    workflow: str | None,
+    runs: int,
+    node_key: Callable[[S], Hashable] | None = None,
+) -> Summary:
+    """The :class:`Summary` of ``runs`` runs made of ``steps`` and the ``prefills`` issued
+    during them (confirmed warm-ups included or not: only speculative ones count)."""
+    with_prev = [s for s in steps if has_previous(s)]
+    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
+    ttfts = [s.ttft_s for s in steps if s.ttft_s is not None]
+    return Summary(
+        workflow=workflow,
+        runs=runs,
+        steps=len(steps),
+        branch_steps=len(with_prev),
+        branch_hits=sum(1 for s in with_prev if s.prefetched),
+        branch_hit_rate=branch_hit_rate(steps),
+        acceptance_ratio=acceptance_ratio(spec),
+        prefetches_issued=len(spec),
+        prefetch_hits=sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT),
+        wasted_tokens=wasted_tokens(spec),
+        prompt_tokens=sum(s.prompt_tokens for s in steps),
+        cached_tokens=sum(s.cached_tokens for s in steps),
+        ttft_mean_s=statistics.fmean(ttfts) if ttfts else None,
+        ttft_p50_s=percentile(ttfts, 50),
+        ttft_p95_s=percentile(ttfts, 95),
+        ttft_saved_s=ttft_saved(steps, node_key),
+    )
