@@ -6,6 +6,7 @@ from pathlib import Path
 
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
+from agentwarm.redact import redact_credentials
 
 __all__ = ("open_engine",)
 
@@ -39,6 +40,6 @@ async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -
 
         return await MultiWorkerEngine.from_urls(urls, tokenizer=tokenizer)
     raise ConfigError(
-        f"--engine {spec!r} is not valid: use 'local', 'fake', or the URL of an SGLang server "
-        "(http://HOST:PORT, several separated by commas)"
+        f"--engine {redact_credentials(spec)!r} is not valid: use 'local', 'fake', or the URL of "
+        "an SGLang server (http://HOST:PORT, several separated by commas)"
     )

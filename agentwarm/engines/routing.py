@@ -120,8 +120,8 @@ class MultiWorkerEngine(Engine):
         else:
             for i, worker in enumerate(workers):
                 if isinstance(worker, str):
-                    engine: Engine = SGLangEngine(worker, **engine_kwargs)
-                    named.append((worker.rstrip("/"), engine))
+                    client = SGLangEngine(worker, **engine_kwargs)
+                    named.append((client.url, client))  # the URL without its credentials
                 else:
                     named.append((getattr(worker, "url", None) or f"worker{i}", worker))
         if not named:

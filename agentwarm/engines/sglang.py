@@ -67,6 +67,7 @@ from agentwarm.errors import (
     InvalidRequest,
     RequestAborted,
 )
+from agentwarm.redact import redact_credentials
 
 __all__ = (
     "ROUTING_KEY_HEADER",
@@ -117,10 +118,11 @@ class RemoteTokenizer:
         timeout: float = 30.0,
         trust_env: bool = False,
     ) -> None:
-        self.url = url.rstrip("/")
+        self._base_url = url.rstrip("/")
+        self.url = redact_credentials(self._base_url)  # for messages
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, trust_env=trust_env
+            base_url=self._base_url, headers=headers, timeout=timeout, trust_env=trust_env
         )
 
     def encode(self, text: str) -> list[int]:
@@ -141,7 +143,7 @@ class RemoteTokenizer:
         try:
             resp = self._client.post(path, json=payload)
         except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"{self.url}{path}: {exc}") from exc
+            raise EngineUnavailable(f"{self.url}{path}: {redact_credentials(str(exc))}") from exc
         if resp.status_code != 200:
             raise EngineError(f"{self.url}{path}: HTTP {resp.status_code}: {resp.text[:200]}")
         data = resp.json()
@@ -165,7 +167,9 @@ class SGLangEngine(Engine):
     ``prefill_finished_ts - request_received_ts`` when reported (``--enable-metrics``), else the
     client-side end-to-end time (an upper bound). ``send_priority=False`` omits ``priority``
     (SGLang honours it only with ``--enable-priority-scheduling``). ``transport`` replaces the
-    network (``httpx.MockTransport`` in tests).
+    network (``httpx.MockTransport`` in tests). ``url`` may carry ``user:password@`` (sent as
+    HTTP basic auth); the ``url`` attribute, ``model_name`` and every message show it as
+    ``***@`` (:func:`~agentwarm.redact.redact_credentials`).
     """
 
     supports_promotion = False
@@ -188,8 +192,10 @@ class SGLangEngine(Engine):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not re.match(r"^https?://[^/]+", url):
-            raise ValueError(f"SGLang URL must look like http://host:port, got {url!r}")
-        self.url = url.rstrip("/")
+            shown = redact_credentials(url)
+            raise ValueError(f"SGLang URL must look like http://host:port, got {shown!r}")
+        self._base_url = url.rstrip("/")
+        self.url = redact_credentials(self._base_url)  # what messages and reports show
         self.model_name = model_name or self.url
         self.routing_header = routing_header
         self.stream_generate = stream_generate
@@ -202,7 +208,7 @@ class SGLangEngine(Engine):
         self._tokenizer_note = "no tokenizer was given"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
-            base_url=self.url,
+            base_url=self._base_url,
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(
@@ -271,7 +277,9 @@ class SGLangEngine(Engine):
                 return _load_tokenizer(str(path))
             except Exception as exc:  # any loader failure means "not usable here"
                 tried.append(f"{key}={path!r} ({type(exc).__name__})")
-        remote = RemoteTokenizer(self.url, api_key=self._api_key, trust_env=self._trust_env)
+        remote = RemoteTokenizer(
+            self._base_url, api_key=self._api_key, trust_env=self._trust_env
+        )
         try:
             remote.encode("a")
         except EngineError as exc:
@@ -285,7 +293,7 @@ class SGLangEngine(Engine):
     def _fetch_model_info_sync(self) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         with httpx.Client(
-            base_url=self.url, headers=headers, timeout=30.0, trust_env=self._trust_env
+            base_url=self._base_url, headers=headers, timeout=30.0, trust_env=self._trust_env
         ) as client:
             for path in ("/model_info", "/get_model_info"):
                 try:
@@ -753,9 +761,10 @@ class SGLangEngine(Engine):
             return EngineTimeout(f"{where}: no answer in time ({type(exc).__name__})")
         if isinstance(exc, httpx.TransportError):
             return EngineUnavailable(
-                f"{where}: cannot reach the server ({type(exc).__name__}: {exc})"
+                f"{where}: cannot reach the server "
+                f"({type(exc).__name__}: {redact_credentials(str(exc))})"
             )
-        return EngineError(f"{where}: {type(exc).__name__}: {exc}")
+        return EngineError(f"{where}: {type(exc).__name__}: {redact_credentials(str(exc))}")
 
     def _status_error(self, resp: httpx.Response, path: str) -> EngineError:
         detail = _error_message(resp)
