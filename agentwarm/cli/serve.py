@@ -17,7 +17,7 @@ def serve(
         "tiny", "--model", help="Preset name (tiny, small) or a local checkpoint directory."
     ),
     host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind; anything but loopback wants --api-key."
+        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs --api-key."
     ),
     port: int = typer.Option(30000, "--port", min=0, max=65535, help="TCP port; 0 picks one."),
     api_key: str | None = typer.Option(
@@ -26,8 +26,17 @@ def serve(
         envvar="AGENTWARM_API_KEY",
         help="Require 'Authorization: Bearer KEY' (not on /health and /metrics).",
     ),
-    max_request_bytes: int = typer.Option(
-        8 * 1024 * 1024, "--max-request-bytes", min=1024, help="Larger bodies get HTTP 413."
+    insecure_no_api_key: bool = typer.Option(
+        False,
+        "--insecure-no-api-key",
+        help="Serve a non-loopback --host without an API key (anyone who reaches it can use it).",
+    ),
+    max_request_bytes: int | None = typer.Option(
+        None,
+        "--max-request-bytes",
+        min=1024,
+        help="Larger bodies get HTTP 413. Default: 16 bytes per token of the model context "
+        "+ 64 KiB (192 KiB for 8,192 tokens), at most 8 MiB.",
     ),
     max_new_tokens: int = typer.Option(
         4096, "--max-new-tokens", min=1, help="Largest sampling_params.max_new_tokens accepted."
@@ -80,6 +89,7 @@ def serve(
         config=config,
         log_level=log_level,
         on_ready=ready,
+        insecure_no_api_key=insecure_no_api_key,
     )
 
 

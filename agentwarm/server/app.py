@@ -8,18 +8,22 @@ Endpoints (SGLang 0.5.x names; the ``/get_*`` spellings are the pre-0.5.5 aliase
   prefill-only request (``Engine.prefill``, priority SPECULATIVE unless given), anything else a
   generation (priority LIVE unless given). ``stream: true`` answers SSE ``data: {json}`` events,
   each with the whole output so far (SGLang's default), then ``data: [DONE]``.
-* ``POST /abort_request`` — ``{"rid"}`` of a request in flight (404 when none has it) or
-  ``{"abort_all": true}``. A client that disconnects also aborts its request.
-* ``GET|POST /flush_cache``, ``GET /health``, ``GET /health_generate``, ``GET /model_info``,
-  ``GET /server_info`` (sglang-router probes these three at start-up), ``GET /v1/models``,
-  ``GET /get_load``, ``GET /metrics`` (see :mod:`agentwarm.server.metrics`), ``POST /tokenize``,
-  ``POST /detokenize``, ``GET /version``.
+* ``POST /abort_request`` — ``{"rid"}`` of a request in flight or ``{"abort_all": true}``; 200
+  also for an unknown or finished rid (as SGLang). A client that disconnects also aborts its
+  request.
+* ``POST /flush_cache`` (POST only: it changes state), ``GET /health``, ``GET /health_generate``,
+  ``GET /model_info``, ``GET /server_info`` (sglang-router probes these three at start-up),
+  ``GET /v1/models``, ``GET /get_load``, ``GET /metrics`` (see :mod:`agentwarm.server.metrics`),
+  ``POST /tokenize``, ``POST /detokenize``, ``GET /version``.
 
 Rules: every error is a JSON ``{"error": {"message", "type", "code"}}`` with a 4xx status for a
 bad request (malformed JSON, wrong types, missing prompt, body over ``max_request_bytes``: 413,
-unknown rid: 404, missing API key: 401) and 5xx only for engine failures; a bad request never
-stops the server. With ``api_key`` set, every path except ``/health*`` and ``/metrics`` needs
-``Authorization: Bearer <key>`` (as SGLang's ``--api-key``).
+JSON body without ``Content-Type: application/json``: 415, wrong method: 405, missing API key:
+401) and 5xx only for engine failures; a bad request never stops the server. With ``api_key``
+set, every path except ``/health*`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (as
+SGLang's ``--api-key``); without one, the Host/Origin checks of
+:mod:`agentwarm.server.security` apply (421/403). ``max_request_bytes=None`` derives the limit
+from the engine's ``max_context`` (:func:`~agentwarm.server.security.default_max_request_bytes`).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from agentwarm.server.schemas import (
     TokenizeRequest,
     describe_validation_error,
 )
+from agentwarm.server.security import HostGuard, default_max_request_bytes, is_json_content_type
 
 __all__ = ("ServerConfig", "create_app")
 
@@ -86,10 +91,11 @@ _ROUTING_HEADER = "x-smg-routing-key"
 class ServerConfig:
     """Settings of one server. ``model_path``/``tokenizer_path`` are what ``/model_info`` reports
     (default: the engine's ``model_name``, and the tokenizer directory when one is known);
-    ``host``/``port`` are only reported."""
+    ``host`` is the bound host the Host check accepts besides loopback names; ``port`` is only
+    reported. ``max_request_bytes=None``: derived from the engine's context length."""
 
     api_key: str | None = None
-    max_request_bytes: int = 8 * 1024 * 1024
+    max_request_bytes: int | None = None
     max_new_tokens: int = 4096
     model_path: str | None = None
     tokenizer_path: str | None = None
@@ -146,9 +152,12 @@ class _Server:
         self.tokenizer_kind, tokenizer_path = _describe_tokenizer(engine)
         self.tokenizer_path = config.tokenizer_path or tokenizer_path
         routes = [
+        self.max_request_bytes = config.max_request_bytes or default_max_request_bytes(
+            getattr(engine, "max_context", None)
+        )
             Route("/generate", self.generate, methods=["POST", "PUT"]),
             Route("/abort_request", self.abort_request, methods=["POST"]),
-            Route("/flush_cache", self.flush_cache, methods=["GET", "POST"]),
+            Route("/flush_cache", self.flush_cache, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/health_generate", self.health_generate, methods=["GET"]),
             Route("/model_info", self.model_info, methods=["GET"]),
@@ -171,6 +180,8 @@ class _Server:
         if config.api_key:
             app.add_middleware(_APIKeyMiddleware, api_key=config.api_key)
 
+        else:
+            app.add_middleware(HostGuard, bound_host=config.host, error=_error_response)
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         try:
@@ -363,6 +374,12 @@ class _Server:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()  # type: ignore[attr-defined]
         raise _HTTPError(500, "engine stream ended without a completion", "InternalServerError")
+        except (GeneratorExit, asyncio.CancelledError):
+            # Closed before the engine reported an outcome (the drain after an abort timed out,
+            # or shutdown): still an aborted request, with no processed prompt tokens known.
+            if not recorded:
+                self._record(job, len(job.ids), 0, 0, len(out_ids), True)
+            raise
 
     async def _until_disconnect(
         self, request: Request, rid: str, work: Awaitable[dict[str, Any]]
@@ -428,9 +445,8 @@ class _Server:
             return Response(status_code=200)
         if not req.rid:
             return _error(_HTTPError(400, "missing rid: give the rid of a request, or abort_all"))
-        if req.rid not in self.inflight:
-            message = f"unknown rid {req.rid!r}: no queued or running request has this rid"
-            return _error(_HTTPError(404, message, "NotFoundError"))
+        if req.rid not in self.inflight:  # unknown or finished: nothing to do (SGLang: 200)
+            return Response(status_code=200)
         try:
             await self._abort_engine(req.rid)
         except _HTTPError as exc:
@@ -566,7 +582,15 @@ class _Server:
             return None
 
     async def _json(self, request: Request) -> Any:
-        limit = self.config.max_request_bytes
+        content_type = request.headers.get("content-type")
+        if not is_json_content_type(content_type):
+            raise _HTTPError(
+                415,
+                f"Content-Type must be application/json, got {content_type or 'none'!r}: "
+                "send the body as JSON with that header",
+                "UnsupportedMediaTypeError",
+            )
+        limit = self.max_request_bytes
         declared = request.headers.get("content-length")
         if declared is not None:
             if not declared.isdigit():
@@ -595,6 +619,8 @@ def _validate(model: type[M], body: Any) -> M:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
+        except RecursionError as exc:
+            raise _HTTPError(400, "invalid JSON body: nested too deeply") from exc
         raise _HTTPError(400, describe_validation_error(exc)) from exc
 
 
@@ -635,6 +661,10 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
+def _error_response(status: int, message: str, kind: str) -> Response:
+    return _error(_HTTPError(status, message, kind))
+
+
     return _error(_internal_error(exc))
 
 

@@ -10,7 +10,6 @@ seconds), and the engine is closed last.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import uvicorn
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
+from agentwarm.server.security import check_exposure, is_loopback
 
 __all__ = ("build_engine", "is_loopback", "run_server", "serve_engine")
 
@@ -62,16 +62,6 @@ def build_engine(
     raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _bind(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -96,9 +86,16 @@ async def serve_engine(
     config: ServerConfig | None = None,
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
+    insecure_no_api_key: bool = False,
 ) -> None:
-    """Serve the engine ``engine_factory()`` builds (inside this loop) until SIGINT/SIGTERM."""
+    """Serve the engine ``engine_factory()`` builds (inside this loop) until SIGINT/SIGTERM.
+
+    Raises :class:`~agentwarm.errors.ConfigError` before binding when ``host`` is not loopback
+    and ``config`` has no API key, unless ``insecure_no_api_key``."""
     config = config or ServerConfig()
+    refusal = check_exposure(host, config.api_key, insecure_no_api_key=insecure_no_api_key)
+    if refusal is not None:
+        raise ConfigError(refusal)
     if not is_loopback(host) and not config.api_key:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", host)
     sock = _bind(host, port)
@@ -141,6 +138,7 @@ def run_server(
     config: ServerConfig | None = None,
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
+    insecure_no_api_key: bool = False,
 ) -> None:
     """Blocking :func:`serve_engine` (its own event loop)."""
     asyncio.run(
@@ -151,5 +149,6 @@ def run_server(
             config=config,
             log_level=log_level,
             on_ready=on_ready,
+            insecure_no_api_key=insecure_no_api_key,
         )
     )

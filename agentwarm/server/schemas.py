@@ -8,9 +8,10 @@ The fields below are type-checked strictly: a string where an int belongs is a 4
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,13 +26,45 @@ from pydantic import (
 from agentwarm.engines.namespace import check_part
 
 __all__ = (
+    "MIN_TEMPERATURE",
     "AbortRequest",
     "DetokenizeRequest",
     "GenerateRequest",
     "SamplingParams",
+    "Text",
     "TokenizeRequest",
     "describe_validation_error",
 )
+
+#: Smallest non-zero ``temperature`` (SGLang's sampling epsilon); below it logits overflow.
+MIN_TEMPERATURE = 1e-6
+
+
+def _valid_unicode(value: str) -> str:
+    """JSON may carry lone surrogates (``"\\ud800"``), which no UTF-8 encoder accepts."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"contains a lone surrogate {value[exc.start]!r} at index {exc.start}, which is not "
+            "valid Unicode: send UTF-8 text (a \\ud83d\\ude00 escape pair must come whole)"
+        ) from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+"""A string that encodes as UTF-8 (no lone surrogates)."""
+
+TokenId = Annotated[StrictInt, Field(ge=0)]
+
+
+def _usable_temperature(value: float) -> float:
+    if 0.0 < value < MIN_TEMPERATURE:
+        raise ValueError(
+            f"{value!r} is too small to sample with: use 0 for greedy decoding, or at least "
+            f"{MIN_TEMPERATURE}"
+        )
+    return value
 
 
 class SamplingParams(BaseModel):
@@ -45,8 +78,10 @@ class SamplingParams(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     max_new_tokens: StrictInt | None = Field(default=None, ge=0)
-    temperature: StrictFloat = Field(default=1.0, ge=0.0, allow_inf_nan=False)
-    sampling_seed: StrictInt | None = None
+    temperature: Annotated[
+        StrictFloat, Field(ge=0.0, allow_inf_nan=False), AfterValidator(_usable_temperature)
+    ] = 1.0
+    sampling_seed: StrictInt | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
     n: StrictInt = Field(default=1, ge=1, le=1)
 
 
@@ -61,16 +96,16 @@ class GenerateRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    text: str | list[str] | None = None
+    text: Text | list[Text] | None = None
     input_ids: list[StrictInt] | list[list[StrictInt]] | None = None
     sampling_params: SamplingParams | None = None
-    rid: str | list[str] | None = None
+    rid: Text | list[Text] | None = None
     stream: StrictBool = False
     priority: StrictInt | None = None
-    cache_salt: str | None = None
-    extra_key: str | None = None
-    routing_key: str | None = None
-    session_id: str | None = None
+    cache_salt: Text | None = None
+    extra_key: Text | None = None
+    routing_key: Text | None = None
+    session_id: Text | None = None
     log_metrics: StrictBool = True
 
     @field_validator("cache_salt", "extra_key")
@@ -84,7 +119,7 @@ class AbortRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    rid: str = ""
+    rid: Text = ""
     abort_all: StrictBool = False
 
 
@@ -93,7 +128,7 @@ class TokenizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    prompt: str | list[str]
+    prompt: Text | list[Text]
     add_special_tokens: StrictBool = True
 
 
@@ -102,7 +137,7 @@ class DetokenizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    tokens: list[StrictInt] | list[list[StrictInt]]
+    tokens: list[TokenId] | list[list[TokenId]]
 
 
 def describe_validation_error(exc: ValidationError) -> str:

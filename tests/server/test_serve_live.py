@@ -68,14 +68,15 @@ async def test_malformed_requests_over_the_wire_leave_the_server_serving(
     server: ServeProcess,
 ) -> None:
     with httpx.Client(base_url=server.url, timeout=10) as client:
-        bad_json = client.post("/generate", content=b'{"input_ids": [1,', headers={})
+        as_json = {"content-type": "application/json"}
+        bad_json = client.post("/generate", content=b'{"input_ids": [1,', headers=as_json)
         assert bad_json.status_code == 400 and "invalid JSON" in bad_json.json()["error"]["message"]
-        huge = client.post("/generate", content=b'{"input_ids": [' + b"7," * 200_000 + b"7]}")
-        assert huge.status_code == 413
+        huge = b'{"input_ids": [' + b"7," * 200_000 + b"7]}"
+        assert client.post("/generate", content=huge, headers=as_json).status_code == 413
         wrong = client.post("/generate", json={"input_ids": [1], "sampling_params": []})
         assert wrong.status_code == 400 and "sampling_params" in wrong.json()["error"]["message"]
         unknown = client.post("/abort_request", json={"rid": new_rid()})
-        assert unknown.status_code == 404
+        assert unknown.status_code == 200
     garbage = raw_http(server.url, b"NOT-HTTP\r\n\r\n")
     assert garbage.startswith(b"HTTP/1.1 400")
     engine = SGLangEngine(server.url, tokenizer="byte")
