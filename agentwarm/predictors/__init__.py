@@ -11,7 +11,7 @@ plain baseline.
 
 from __future__ import annotations
 
-from agentwarm.predictors.base import END, START, Predictor
+from agentwarm.predictors.base import END, START, Mergeable, Predictor
 from agentwarm.predictors.first_order import FirstOrderPredictor
 from agentwarm.predictors.markov import MarkovPredictor, default_predictor
 from agentwarm.predictors.store import (
@@ -28,6 +28,7 @@ __all__ = (
     "START",
     "FirstOrderPredictor",
     "MarkovPredictor",
+    "Mergeable",
     "Predictor",
     "PredictorStateWarning",
     "PredictorStore",

@@ -18,7 +18,10 @@ Rules every implementation keeps:
   ``type(p).from_dict(p.to_dict())`` predicts exactly as ``p`` does. ``from_dict`` raises
   ``ValueError`` (or ``TypeError``) on data it cannot use; :class:`~agentwarm.predictors.store.
   PredictorStore` treats that as a corrupt file.
-* A predictor is owned by one workflow session and is not thread-safe.
+* A predictor is owned by one workflow session and is not thread-safe. Processes that share
+  a state directory share learning through the store: a predictor that is
+  :class:`Mergeable` has what it learned added to the state saved meanwhile; any other
+  predictor's save replaces the file (last writer wins).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, runtime_checkable
 
-__all__ = ("END", "START", "Predictor", "rank", "support")
+__all__ = ("END", "START", "Mergeable", "Predictor", "rank", "support")
 
 #: Successor name meaning "the run ends here" (same string as :data:`agentwarm.graphs.END`).
 END = "__end__"
@@ -59,6 +62,18 @@ class Predictor(Protocol):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
         """Rebuild a predictor from :meth:`to_dict` output; ``ValueError`` if it is unusable."""
+        ...
+
+
+@runtime_checkable
+class Mergeable(Protocol):
+    """A predictor whose learning from concurrent processes can be added together."""
+
+    def merged(self, latest: Self, base: Self | None) -> Self:
+        """A new predictor: ``latest`` (the state saved by others meanwhile) plus what ``self``
+        learned since ``base`` (the state it was loaded from or last saved as; ``None``: since
+        it was created). Counts nobody else changed since ``base`` are ``self``'s exactly.
+        ``ValueError`` if the configurations differ and cannot be merged."""
         ...
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-from agentwarm.predictors import _serial
+from agentwarm.predictors import _merge, _serial
 from agentwarm.predictors.base import START, rank, support
 
 __all__ = ("FirstOrderPredictor",)
@@ -46,6 +46,20 @@ class FirstOrderPredictor:
         table[next_node] = table.get(next_node, 0.0) + 1.0
         self._known.setdefault(next_node, None)
 
+    def merged(self, latest: Self, base: Self | None) -> Self:
+        """``latest`` plus the counts this model added since ``base`` (``None``: since it was
+        made); exact. ``ValueError`` if ``pseudo_count`` differs."""
+        for other in (latest, base):
+            if other is not None and other.pseudo_count != self.pseudo_count:
+                raise ValueError(f"cannot merge {self!r} with {other!r}: another pseudo_count")
+        out = type(self)(pseudo_count=self.pseudo_count)
+        out._known = dict.fromkeys([*latest._known, *self._known])
+        before = base._counts if base is not None else {}
+        out._counts = _merge.tables(
+            latest._counts, self._counts, before, min_count=0.0, max_contexts=None
+        )
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """Counts as JSON-serializable data (``kind`` ``"first_order"``)."""
         return {
@@ -58,18 +72,14 @@ class FirstOrderPredictor:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
         """Rebuild from :meth:`to_dict` output; ``ValueError`` names the first bad field."""
-        _serial.check_kind(data, cls.kind)
-        model = cls(pseudo_count=_serial.number(data, "pseudo_count"))
-        model._known = dict.fromkeys(_serial.name_list(data.get("known"), "known"))
-        counts = data.get("counts")
-        if not isinstance(counts, dict):
-            raise ValueError("predictor state field 'counts' must be an object")
-        for node, table in counts.items():
-            parsed = _serial.count_table(table, f"counts[{node!r}]")
-            unknown = [name for name in parsed if name not in model._known]
+        state = _serial.parse(_serial.FirstOrderState, data)
+        model = cls(pseudo_count=state.pseudo_count)
+        model._known = dict.fromkeys(state.known)
+        for node, table in state.counts.items():
+            unknown = [name for name in table if name not in model._known]
             if unknown:
                 raise ValueError(f"predictor state counts[{node!r}] counts unknown nodes {unknown}")
-            model._counts[node] = parsed
+            model._counts[node] = dict(table)
         return model
 
     def __repr__(self) -> str:

@@ -39,10 +39,11 @@ observations. Counts that decay below ``min_count`` are dropped.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-from agentwarm.predictors import _features, _serial
+from agentwarm.predictors import _features, _merge, _serial
 from agentwarm.predictors.base import START, rank, support
 
 __all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "default_predictor")
@@ -214,6 +215,55 @@ class MarkovPredictor:
         self._known.setdefault(next_node, None)
         self._observations += 1
 
+    def merged(self, latest: Self, base: Self | None) -> Self:
+        """``latest`` (what other processes saved meanwhile) plus what this model learned since
+        ``base`` (the state it was loaded from or last saved as; ``None``: since it was made).
+
+        Used by :class:`~agentwarm.predictors.store.PredictorStore` to merge on save. The
+        counts of every expert and ``observations`` add their deltas (exact without decay,
+        first-order with it: see :mod:`agentwarm.predictors._merge`); the known successors are
+        the union; the mixture weights are this model's: last writer wins, since a posterior
+        has no delta to add.
+
+        Raises:
+            ValueError: ``latest`` or ``base`` has another configuration.
+        """
+        for other in (latest, base):
+            if other is not None and other._config() != self._config():
+                raise ValueError(f"cannot merge {self!r} with {other!r}: another configuration")
+        before = base if base is not None else self._blank()
+        out = self._blank()
+        out._observations = latest._observations + max(0, self._observations - before._observations)
+        out._known = dict.fromkeys([*latest._known, *self._known])
+        out._weights = list(self._weights)
+        merge = functools.partial(
+            _merge.tables, min_count=self.min_count, max_contexts=self.max_contexts
+        )
+        out._counts = merge(latest._counts, self._counts, before._counts)
+        out._recent = merge(latest._recent, self._recent, before._recent)
+        out._feature_counts = {
+            f: merge(latest._feature_counts[f], self._feature_counts[f], before._feature_counts[f])
+            for f in self.features
+        }
+        return out
+
+    def _config(self) -> dict[str, Any]:
+        """The constructor arguments of this model."""
+        return {
+            "max_order": self.max_order,
+            "half_life": self.half_life,
+            "backoff": self.backoff,
+            "min_count": self.min_count,
+            "features": self.features,
+            "recent_half_life": self.recent_half_life,
+            "share": self.share,
+            "max_contexts": self.max_contexts,
+        }
+
+    def _blank(self) -> Self:
+        """A model with this configuration and nothing learned."""
+        return type(self)(**self._config())
+
     def first_order_view(self) -> MarkovPredictor:
         """A plain order-1 model with this model's order-0 and order-1 Markov counts: the
         marginal ``P(next | current node)`` over all the paths that reached the node."""
@@ -317,14 +367,8 @@ class MarkovPredictor:
         ``"markov"``)."""
         return {
             "kind": self.kind,
-            "max_order": self.max_order,
-            "half_life": self.half_life,
-            "backoff": self.backoff,
-            "min_count": self.min_count,
+            **self._config(),
             "features": list(self.features),
-            "recent_half_life": self.recent_half_life,
-            "share": self.share,
-            "max_contexts": self.max_contexts,
             "observations": self._observations,
             "known": list(self._known),
             "weights": list(self._weights),
@@ -343,40 +387,31 @@ class MarkovPredictor:
         ``max_contexts``, ``weights``, ``recent_contexts``, ``feature_contexts``), as written
         before they existed, is a plain Markov model without a context bound.
         """
-        _serial.check_kind(data, cls.kind)
-        features = data.get("features", [])
+        state = _serial.parse(_serial.MarkovState, data)
         model = cls(
-            int(_serial.number(data, "max_order", integer=True)),
-            half_life=_serial.optional_number(data, "half_life"),
-            backoff=_serial.number(data, "backoff"),
-            min_count=_serial.number(data, "min_count"),
-            features=_serial.name_list(features, "features"),
-            recent_half_life=_serial.optional_number(data, "recent_half_life"),
-            share=_serial.number(data, "share") if "share" in data else 0.01,
-            max_contexts=(
-                int(_serial.number(data, "max_contexts", integer=True))
-                if data.get("max_contexts") is not None
-                else None
-            ),
+            state.max_order,
+            half_life=state.half_life,
+            backoff=state.backoff,
+            min_count=state.min_count,
+            features=state.features,
+            recent_half_life=state.recent_half_life,
+            share=state.share,
+            max_contexts=state.max_contexts,
         )
-        observations = int(_serial.number(data, "observations", integer=True))
-        if observations < 0:
-            raise ValueError(f"predictor state field 'observations' is negative: {observations}")
-        model._observations = observations
-        model._known = dict.fromkeys(_serial.name_list(data.get("known"), "known"))
-        if "weights" in data:
-            model._weights = _weights(data["weights"], len(model.experts))
-        model._counts = model._tables(data.get("contexts"), "contexts", model.max_order)
-        model._recent = model._tables(data.get("recent_contexts", []), "recent_contexts", None)
+        model._observations = state.observations
+        model._known = dict.fromkeys(state.known)
+        if state.weights is not None:
+            model._weights = _weights(state.weights, len(model.experts))
+        model._counts = model._tables(state.contexts, "contexts", model.max_order)
+        model._recent = model._tables(state.recent_contexts, "recent_contexts", None)
         if model._recent and model.recent_half_life is None:
             raise ValueError("predictor state has recent_contexts but no recent_half_life")
-        feature_data = data.get("feature_contexts", {})
-        if not isinstance(feature_data, dict) or set(feature_data) - set(model.features):
+        if set(state.feature_contexts) - set(model.features):
             raise ValueError(
                 "predictor state field 'feature_contexts' must be an object keyed by features "
                 f"{list(model.features)}"
             )
-        for feature, entries in feature_data.items():
+        for feature, entries in state.feature_contexts.items():
             model._feature_counts[feature] = model._tables(
                 entries, f"feature_contexts[{feature!r}]", None, feature=feature
             )
@@ -384,36 +419,33 @@ class MarkovPredictor:
 
     def _tables(
         self,
-        entries: Any,
+        entries: Sequence[tuple[list[Any], Table]],
         field: str,
         max_len: int | None,
         feature: str | None = None,
     ) -> dict[Any, Table]:
-        if not isinstance(entries, list):
-            raise ValueError(f"predictor state field {field!r} must be a list")
+        """Count tables by context from validated entries; checks what the schema cannot:
+        the context bound and length, repeats, feature keys, counts of unknown nodes."""
         if self.max_contexts is not None and len(entries) > self.max_contexts:
             raise ValueError(
                 f"predictor state field {field!r} has {len(entries)} contexts, "
                 f"more than max_contexts={self.max_contexts}"
             )
         tables: dict[Any, Table] = {}
-        for i, entry in enumerate(entries):
+        for i, (names, table) in enumerate(entries):
             where = f"{field}[{i}]"
-            if not isinstance(entry, list) or len(entry) != 2:
-                raise ValueError(f"predictor state {where} must be [context, counts]")
             if feature is None:
-                context: Any = tuple(_serial.name_list(entry[0], f"{where}[0]"))
+                context: Any = tuple(names)
             else:
-                context = _features.decode(feature, entry[0], f"{where}[0]")
+                context = _features.decode(feature, names, f"{where}[0]")
             if max_len is not None and len(context) > max_len:
                 raise ValueError(f"predictor state {where} is longer than max_order={max_len}")
             if context in tables:
                 raise ValueError(f"predictor state {where} repeats context {list(context)}")
-            table = _serial.count_table(entry[1], f"{where}[1]")
             unknown = [name for name in table if name not in self._known]
             if unknown:
                 raise ValueError(f"predictor state {where} counts unknown nodes {unknown}")
-            tables[context] = table
+            tables[context] = dict(table)
         return tables
 
     def __repr__(self) -> str:
@@ -428,21 +460,13 @@ def _entries(tables: Mapping[Any, Table]) -> list[list[Any]]:
     return [[list(context), dict(table)] for context, table in tables.items()]
 
 
-def _weights(value: Any, k: int) -> list[float]:
-    if (
-        not isinstance(value, list)
-        or len(value) != k
-        or not all(
-            isinstance(w, int | float) and not isinstance(w, bool) and 0.0 <= w <= 1.0
-            for w in value
-        )
-        or abs(sum(value) - 1.0) > 1e-6
-    ):
+def _weights(value: Sequence[float], k: int) -> list[float]:
+    if len(value) != k or abs(sum(value) - 1.0) > 1e-6:
         raise ValueError(
             f"predictor state field 'weights' must be {k} numbers in [0, 1] summing to 1, "
-            f"got {value!r}"
+            f"got {list(value)!r}"
         )
-    return [float(w) for w in value]
+    return list(value)
 
 
 def default_predictor() -> MarkovPredictor:

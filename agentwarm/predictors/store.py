@@ -10,11 +10,22 @@ Rules:
 
 * Writes are atomic: a temporary file in the same directory is written, fsynced and renamed
   over the old one (``os.replace``), so a crash leaves the old or the new state, never half.
-  Concurrent writers of one workflow do not interleave; the last rename wins.
+* Processes sharing a state directory lose no learning: :meth:`PredictorStore.save` holds the
+  lock file ``<state_dir>/.<name>.lock`` (``filelock``), re-reads the file, and writes the
+  state on disk plus what the predictor learned since this store loaded or last saved it (the
+  delta), so the saved counts are the sum of every process's. Exact for plain counts and the
+  observation count; decayed counts merge to first order and mixture weights are the last
+  writer's (see :mod:`agentwarm.predictors._merge`). A predictor that is not
+  :class:`~agentwarm.predictors.base.Mergeable`, or that this store did not load, replaces
+  the file (last writer wins).
+* The whole document is validated on load (pydantic, :mod:`agentwarm.predictors._serial`):
+  strict types, finite non-negative counts, integers that fit, bounded sizes (at most
+  :data:`MAX_STATE_BYTES`), the known format version, the workflow's node set.
 * A file that cannot be used (not JSON, truncated, another format version, another node set,
-  another predictor kind, bad fields) is renamed to ``<name>.corrupt-<UTC timestamp>.json``
+  another predictor kind, any bad field) is renamed to ``<name>.corrupt-<UTC timestamp>.json``
   with a :class:`PredictorStateWarning` naming both paths, and learning restarts from a fresh
-  predictor: never a crash, never a silent loss.
+  predictor: never a crash, never a silent loss. :meth:`PredictorStore.save` does the same
+  with an unusable file it finds before writing.
 * Errors of the file system (directory not writable, file not readable, set aside impossible)
   raise :class:`~agentwarm.errors.PredictorStateError` with the path and what to do; callers
   that must not fail (the runtime) catch it and warn.
@@ -32,15 +43,20 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import filelock
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from agentwarm.errors import PredictorStateError
-from agentwarm.predictors.base import Predictor
+from agentwarm.predictors import _serial
+from agentwarm.predictors.base import Mergeable, Predictor
 from agentwarm.predictors.markov import default_predictor
 
 __all__ = (
     "FORMAT",
     "FORMAT_VERSION",
+    "MAX_STATE_BYTES",
     "PredictorStateWarning",
     "PredictorStore",
     "default_state_dir",
@@ -52,8 +68,31 @@ FORMAT = "agentwarm.predictor"
 #: Files of other versions are set aside and learning restarts.
 FORMAT_VERSION = 2
 
+#: Larger state files are set aside unread (an expert keeps at most ``max_contexts`` contexts,
+#: so real files stay far below this).
+MAX_STATE_BYTES = 64 * 2**20
+#: How long :meth:`PredictorStore.save` waits for another process's save to finish.
+LOCK_TIMEOUT_S = 60.0
+
 _ADVICE = "set AGENTWARM_STATE_DIR (or pass --state-dir / state_dir=) to a writable directory"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+#: What decoding an unusable file raises (pydantic's ValidationError is a ValueError).
+_UNUSABLE = (ValueError, TypeError, KeyError, RecursionError, ArithmeticError)
+
+
+class _Document(BaseModel):
+    """The state file's envelope; ``predictor`` is validated by the predictor's ``from_dict``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Annotated[str, Strict()]
+    version: Annotated[int, Strict()]
+    workflow: Annotated[str, Strict()]
+    nodes: Annotated[list[_serial.Name], Field(max_length=_serial.MAX_NAMES)]
+    fingerprint: Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{64}$")]
+    predictor: dict[Annotated[str, Strict()], Any]
 
 
 class PredictorStateWarning(RuntimeWarning):
@@ -87,6 +126,9 @@ class PredictorStore:
 
     def __init__(self, state_dir: str | os.PathLike[str] | None = None) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        # Per workflow: the predictor this store loaded or saved, and its state at that time
+        # (as JSON reads it back): the base of the delta merged on the next save.
+        self._base: dict[str, tuple[Predictor, dict[str, Any]]] = {}
 
     def path_for(self, workflow: str) -> Path:
         """The state file of ``workflow``.
@@ -103,6 +145,11 @@ class PredictorStore:
             stem = f"{cleaned or 'workflow'}-{digest}"
         return self.state_dir / f"{stem}.json"
 
+    def lock_path_for(self, workflow: str) -> Path:
+        """The lock file that serializes saves of ``workflow`` (hidden, next to the state)."""
+        path = self.path_for(workflow)
+        return path.with_name(f".{path.stem}.lock")
+
     def exists(self, workflow: str) -> bool:
         """Whether a state file for ``workflow`` exists (it may still turn out unusable)."""
         return self.path_for(workflow).is_file()
@@ -117,89 +164,103 @@ class PredictorStore:
 
         The saved state is restored with ``type(factory()).from_dict`` (so it keeps its saved
         configuration). A missing file gives a fresh predictor; an unusable one is set aside
-        with a :class:`PredictorStateWarning` and gives a fresh predictor.
+        with a :class:`PredictorStateWarning` and gives a fresh predictor. What is returned is
+        the base of the merge when it is saved with this store.
 
         Raises:
             PredictorStateError: the file exists but cannot be read, or cannot be set aside.
         """
         path = self.path_for(workflow)
+        node_list = sorted(set(nodes))
         fresh = factory()
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return fresh
-        except OSError as exc:
-            raise PredictorStateError(
-                f"cannot read predictor state {path}: {exc.strerror or exc}; "
-                f"fix its permissions or {_ADVICE}"
-            ) from exc
-        try:
-            return self._decode(raw, workflow, sorted(set(nodes)), fresh)
-        except (ValueError, TypeError, KeyError, RecursionError) as exc:
-            moved = self._set_aside(path)
-            warnings.warn(
-                f"predictor state {path} is unusable ({exc}); moved it to {moved.name} "
-                "and started learning afresh",
-                PredictorStateWarning,
-                stacklevel=2,
-            )
-            return fresh
+        raw = _read(path)
+        predictor = fresh
+        if raw is not None:
+            try:
+                predictor = _decode_predictor(raw, workflow, node_list, fresh)
+            except _UNUSABLE as exc:
+                # Set aside under the lock, and only the bytes that failed: a save may have
+                # replaced them meanwhile.
+                with self._lock(workflow):
+                    again = _read(path)
+                    if again == raw:
+                        self._discard(path, exc)
+                    elif again is not None:
+                        return self.load(workflow, node_list, factory)
+        self._base[workflow] = (predictor, _json_copy(predictor.to_dict()))
+        return predictor
 
     def save(self, workflow: str, predictor: Predictor, nodes: Iterable[str]) -> Path:
-        """Atomically write ``predictor``'s state for ``workflow``; returns the file path.
+        """Write ``predictor``'s state for ``workflow`` atomically, under the lock, merged with
+        what other processes saved since this store loaded or last saved it (see the module
+        docstring); returns the file path.
+
+        Only a predictor this store loaded or saved before is merged (the store knows what it
+        learned since); any other replaces the file, as does a predictor that is not
+        :class:`~agentwarm.predictors.base.Mergeable`. The predictor itself is not changed: it
+        keeps learning from its own state, and the next save adds only what it learned after
+        this one.
 
         Raises:
-            PredictorStateError: the directory or file cannot be created or written.
+            PredictorStateError: the directory or file cannot be created or written, or the
+                lock is held by another process for :data:`LOCK_TIMEOUT_S`.
         """
         node_list = sorted(set(nodes))
-        document = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "workflow": workflow,
-            "nodes": node_list,
-            "fingerprint": node_fingerprint(node_list),
-            "predictor": predictor.to_dict(),
-        }
         path = self.path_for(workflow)
-        try:
-            payload = json.dumps(document, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise PredictorStateError(
-                f"predictor state for {workflow!r} is not JSON-serializable: {exc}"
-            ) from exc
+        mine = predictor.to_dict()
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write(path, payload.encode("utf-8"))
+            with self._lock(workflow):
+                state = self._merge_with_saved(workflow, node_list, predictor, mine)
+                _atomic_write(path, _encode(workflow, node_list, state))
+        except filelock.Timeout as exc:
+            raise PredictorStateError(
+                f"cannot save predictor state {path}: another process has held its lock "
+                f"{exc.lock_file} for {LOCK_TIMEOUT_S:.0f} s; if no agentwarm process is "
+                "running, delete the lock file"
+            ) from exc
         except OSError as exc:
             raise PredictorStateError(
                 f"cannot write predictor state {path}: {exc.strerror or exc}; {_ADVICE}"
             ) from exc
+        self._base[workflow] = (predictor, _json_copy(mine))
         return path
 
-    @staticmethod
-    def _decode(raw: bytes, workflow: str, nodes: list[str], fresh: Predictor) -> Predictor:
-        document: Any = json.loads(raw.decode("utf-8"))
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise ValueError(f"not an agentwarm predictor file (format must be {FORMAT!r})")
-        version = document.get("version")
-        if version != FORMAT_VERSION:
-            raise ValueError(f"format version {version!r}, this agentwarm reads {FORMAT_VERSION}")
-        if document.get("workflow") != workflow:
-            raise ValueError(f"saved for workflow {document.get('workflow')!r}")
-        saved_nodes = document.get("nodes")
-        if saved_nodes != nodes or document.get("fingerprint") != node_fingerprint(nodes):
-            if isinstance(saved_nodes, list):
-                saved = {str(n) for n in saved_nodes}
-                diff = f"added {sorted(set(nodes) - saved)}, removed {sorted(saved - set(nodes))}"
-            else:
-                diff = "no node list"
-            raise ValueError(f"saved for another node set ({diff})")
-        state = document.get("predictor")
-        kind = fresh.to_dict().get("kind")
-        if not isinstance(state, dict) or state.get("kind") != kind:
-            found = state.get("kind") if isinstance(state, dict) else None
-            raise ValueError(f"saved predictor kind {found!r}, expected {kind!r}")
-        return type(fresh).from_dict(state)
+    def _lock(self, workflow: str) -> filelock.BaseFileLock:
+        return filelock.FileLock(self.lock_path_for(workflow), timeout=LOCK_TIMEOUT_S)
+
+    def _merge_with_saved(
+        self, workflow: str, nodes: list[str], predictor: Predictor, mine: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The state to write: ``mine`` merged with the file's (call with the lock held)."""
+        path = self.path_for(workflow)
+        raw = _read(path)
+        loaded = self._base.get(workflow)
+        if raw is None or loaded is None or loaded[0] is not predictor:
+            return mine
+        if not isinstance(predictor, Mergeable):
+            return mine
+        base_state = loaded[1]
+        try:
+            latest_state = _decode_state(raw, workflow, nodes, str(mine.get("kind")))
+            if latest_state == base_state:
+                return mine  # nobody else saved since: exactly what this process has
+            cls = type(predictor)
+            latest = cls.from_dict(latest_state)
+            merged: dict[str, Any] = predictor.merged(latest, cls.from_dict(base_state)).to_dict()
+            return merged
+        except _UNUSABLE as exc:
+            self._discard(path, exc)
+            return mine
+
+    def _discard(self, path: Path, exc: BaseException) -> None:
+        moved = self._set_aside(path)
+        warnings.warn(
+            f"predictor state {path} is unusable ({exc}); moved it to {moved} "
+            "and started learning afresh",
+            PredictorStateWarning,
+            stacklevel=3,
+        )
 
     @staticmethod
     def _set_aside(path: Path) -> Path:
@@ -218,6 +279,88 @@ class PredictorStore:
                 ) from exc
             return target
         raise PredictorStateError(f"predictor state {path} is unusable; too many set-aside copies")
+
+
+def _read(path: Path) -> bytes | None:
+    """The file's bytes (at most one past :data:`MAX_STATE_BYTES`); ``None`` if missing."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PredictorStateError(
+            f"cannot read predictor state {path}: {exc.strerror or exc}; "
+            f"fix its permissions or {_ADVICE}"
+        ) from exc
+
+
+def _encode(workflow: str, nodes: list[str], state: dict[str, Any]) -> bytes:
+    document = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "workflow": workflow,
+        "nodes": nodes,
+        "fingerprint": node_fingerprint(nodes),
+        "predictor": state,
+    }
+    try:
+        payload = json.dumps(document, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise PredictorStateError(
+            f"predictor state for {workflow!r} is not JSON-serializable: {exc}"
+        ) from exc
+    if len(payload) > MAX_STATE_BYTES:
+        raise PredictorStateError(
+            f"predictor state for {workflow!r} is {len(payload)} bytes, over the "
+            f"{MAX_STATE_BYTES}-byte limit of state files; lower the predictor's max_contexts"
+        )
+    return payload
+
+
+def _json_copy(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as it reads back from the file (lists for tuples, a deep copy)."""
+    copy: dict[str, Any] = json.loads(json.dumps(state, allow_nan=False))
+    return copy
+
+
+def _decode_state(raw: bytes, workflow: str, nodes: list[str], kind: str) -> dict[str, Any]:
+    """The predictor state of a file's bytes, with the whole envelope validated; raises one of
+    :data:`_UNUSABLE` saying why the file cannot be used."""
+    if len(raw) > MAX_STATE_BYTES:
+        raise ValueError(f"larger than the {MAX_STATE_BYTES}-byte limit of state files")
+    document: Any = json.loads(raw.decode("utf-8"))
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ValueError(f"not an agentwarm predictor file (format must be {FORMAT!r})")
+    version = document.get("version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"format version {_serial.short(version)}, this agentwarm reads {FORMAT_VERSION}"
+        )
+    envelope = _serial.parse(_Document, document, "predictor state file")
+    if envelope.workflow != workflow:
+        raise ValueError(f"saved for workflow {_serial.short(envelope.workflow)}")
+    if envelope.nodes != nodes or envelope.fingerprint != node_fingerprint(nodes):
+        saved = set(envelope.nodes)
+        raise ValueError(
+            f"saved for another node set (added {sorted(set(nodes) - saved)}, "
+            f"removed {sorted(saved - set(nodes))})"
+        )
+    state = envelope.predictor
+    if state.get("kind") != kind:
+        found = _serial.short(state.get("kind"))
+        raise ValueError(f"saved predictor kind {found}, expected {kind!r}")
+    known = state.get("known")
+    names = set(nodes)
+    unknown = [n for n in known if n not in names] if isinstance(known, list) else []
+    if unknown:
+        raise ValueError(f"the predictor knows successors that are not nodes: {unknown[:5]}")
+    return state
+
+
+def _decode_predictor(raw: bytes, workflow: str, nodes: list[str], fresh: Predictor) -> Predictor:
+    kind = str(fresh.to_dict().get("kind"))
+    return type(fresh).from_dict(_decode_state(raw, workflow, nodes, kind))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

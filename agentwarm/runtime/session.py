@@ -33,7 +33,9 @@ class WorkflowSession:
 
     With ``state_dir`` the predictor is loaded from (and saved after every run to) the
     predictor store there; a store that cannot be written is reported with a warning and the
-    session keeps learning in memory, so no run fails for it.
+    session keeps learning in memory, so no run fails for it. Each save adds what this session
+    learned since its previous save to the file under a lock, so sessions of several processes
+    sharing ``state_dir`` lose nothing.
     """
 
     def __init__(

@@ -225,11 +225,11 @@ def test_round_trip_predicts_identically() -> None:
         ({"known": "abc"}, "known"),
         ({"contexts": {}}, "contexts"),
         ({"contexts": [[["a", "b", "c", "d"], {"b": 1.0}]]}, "longer than max_order"),
-        ({"contexts": [[["a"], {"b": -1.0}]]}, "bad count"),
-        ({"contexts": [[["a"], {"b": True}]]}, "bad count"),
+        ({"contexts": [[["a"], {"b": -1.0}]]}, r"'contexts\.0\.1\.b': .*greater than or equal"),
+        ({"contexts": [[["a"], {"b": True}]]}, r"'contexts\.0\.1\.b': .*valid number"),
         ({"contexts": [[["a"], {"zz": 1.0}]]}, "unknown nodes"),
         ({"contexts": [[["a"], {"b": 1.0}], [["a"], {"b": 2.0}]]}, "repeats"),
-        ({"contexts": [["a"]]}, r"\[context, counts\]"),
+        ({"contexts": [["a"]]}, r"'contexts\.0\.0': Input should be a valid list"),
     ],
 )
 def test_from_dict_rejects_bad_state(patch: dict[str, object], message: str) -> None:

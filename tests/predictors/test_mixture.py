@@ -249,7 +249,10 @@ def test_first_order_view_is_the_order_one_model() -> None:
         ({"feature_contexts": {"visited": [[["read", "list"], {"write": 1}]]}}, "visited"),
         ({"feature_contexts": {"visited": [[["b", "b", "a"], {"write": 1}]]}}, "visited"),
         ({"feature_contexts": {"run": [[["read", 1], {"zz": 1.0}]]}}, "unknown nodes"),
-        ({"feature_contexts": {"run": [[["read", 1], {"write": -1.0}]]}}, "bad count"),
+        (
+            {"feature_contexts": {"run": [[["read", 1], {"write": -1.0}]]}},
+            r"'feature_contexts\.run\.0\.1\.write': .*greater than or equal to 0",
+        ),
     ],
 )
 def test_from_dict_rejects_bad_expert_state(patch: dict[str, object], message: str) -> None:

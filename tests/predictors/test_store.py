@@ -41,7 +41,8 @@ def test_save_then_load_in_a_new_store_predicts_identically(tmp_path: Path) -> N
     model = trained()
     path = PredictorStore(tmp_path).save("support", model, nodes=NODES)
     assert path == tmp_path / "support.json"
-    assert sorted(os.listdir(tmp_path)) == ["support.json"]  # no temp file left behind
+    # No temp file left behind; the hidden lock file of concurrent saves stays.
+    assert sorted(os.listdir(tmp_path)) == [".support.lock", "support.json"]
     doc = json.loads(path.read_text())
     assert doc["version"] == FORMAT_VERSION
     assert doc["nodes"] == sorted(NODES)
@@ -170,7 +171,7 @@ def test_failed_write_keeps_the_old_state(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(PredictorStateError, match="No space left"):
         store.save("support", newer, nodes=NODES)
     assert (tmp_path / "support.json").read_bytes() == before
-    assert sorted(os.listdir(tmp_path)) == ["support.json"]
+    assert sorted(os.listdir(tmp_path)) == [".support.lock", "support.json"]
 
 
 def test_unreadable_file_raises_instead_of_discarding(tmp_path: Path) -> None:
