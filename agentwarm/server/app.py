@@ -151,10 +151,10 @@ class _Server:
         self.started = time.time()
         self.tokenizer_kind, tokenizer_path = _describe_tokenizer(engine)
         self.tokenizer_path = config.tokenizer_path or tokenizer_path
-        routes = [
         self.max_request_bytes = config.max_request_bytes or default_max_request_bytes(
             getattr(engine, "max_context", None)
         )
+        routes = [
             Route("/generate", self.generate, methods=["POST", "PUT"]),
             Route("/abort_request", self.abort_request, methods=["POST"]),
             Route("/flush_cache", self.flush_cache, methods=["POST"]),
@@ -179,9 +179,9 @@ class _Server:
         self.app: Starlette = app
         if config.api_key:
             app.add_middleware(_APIKeyMiddleware, api_key=config.api_key)
-
         else:
             app.add_middleware(HostGuard, bound_host=config.host, error=_error_response)
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         try:
@@ -374,12 +374,6 @@ class _Server:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()  # type: ignore[attr-defined]
         raise _HTTPError(500, "engine stream ended without a completion", "InternalServerError")
-        except (GeneratorExit, asyncio.CancelledError):
-            # Closed before the engine reported an outcome (the drain after an abort timed out,
-            # or shutdown): still an aborted request, with no processed prompt tokens known.
-            if not recorded:
-                self._record(job, len(job.ids), 0, 0, len(out_ids), True)
-            raise
 
     async def _until_disconnect(
         self, request: Request, rid: str, work: Awaitable[dict[str, Any]]
@@ -611,6 +605,8 @@ class _Server:
             return json.loads(raw)
         except ValueError as exc:
             raise _HTTPError(400, f"invalid JSON body: {exc}") from exc
+        except RecursionError as exc:
+            raise _HTTPError(400, "invalid JSON body: nested too deeply") from exc
 
 
 def _validate(model: type[M], body: Any) -> M:
@@ -619,8 +615,6 @@ def _validate(model: type[M], body: Any) -> M:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        except RecursionError as exc:
-            raise _HTTPError(400, "invalid JSON body: nested too deeply") from exc
         raise _HTTPError(400, describe_validation_error(exc)) from exc
 
 
@@ -653,18 +647,21 @@ def _error(exc: _HTTPError) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status)
 
 
-async def _http_exception(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    status = exc.status_code
-    message = f"{request.method} {request.url.path}: {exc.detail}"
-    return _error(_HTTPError(status, message, "NotFoundError" if status == 404 else "HTTPError"))
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
 def _error_response(status: int, message: str, kind: str) -> Response:
     return _error(_HTTPError(status, message, kind))
 
 
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    allowed = (exc.headers or {}).get("Allow")
+    if status == 405 and allowed:
+        message += f" (use {allowed})"
+    return _error(_HTTPError(status, message, "NotFoundError" if status == 404 else "HTTPError"))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
     return _error(_internal_error(exc))
 
 
