@@ -7,6 +7,7 @@
     ├── GraphValidationError        a workflow graph that cannot compile (build)
     ├── WorkflowError               a workflow that failed while running (runtime)
     │   ├── NodeError               a node function raised; the original is ``__cause__``
+    │   ├── StepTimeout             a step ran past its ``timeout_s`` / ``step_timeout_s``
     │   └── MaxStepsExceeded        a cyclic workflow did not reach END within ``max_steps``
     ├── PredictorStateError         learned predictor state could not be read or written
     └── EngineError                 an inference engine failed a request
@@ -14,6 +15,10 @@
         ├── EngineTimeout           the engine did not answer within the deadline
         ├── RequestAborted          the request was aborted before it finished
         └── InvalidRequest          the engine rejected the request (bad ids, too long, ...)
+            └── ContextLengthExceeded   prompt (+ ``max_tokens``) longer than the model context
+
+Errors raised while a workflow step runs carry the step's node name in ``node`` (set by the
+runtime when the engine or the node did not name it).
 
 Library exceptions (httpx, torch, OSError) are translated at the boundary with
 ``raise EngineError(...) from exc`` so callers only need to catch these types.
@@ -24,6 +29,7 @@ from __future__ import annotations
 __all__ = (
     "AgentwarmError",
     "ConfigError",
+    "ContextLengthExceeded",
     "EngineError",
     "EngineTimeout",
     "EngineUnavailable",
@@ -33,12 +39,16 @@ __all__ = (
     "NodeError",
     "PredictorStateError",
     "RequestAborted",
+    "StepTimeout",
     "WorkflowError",
 )
 
 
 class AgentwarmError(Exception):
     """Root of every exception agentwarm raises on purpose."""
+
+    #: The workflow node whose step raised it (None outside a step).
+    node: str | None = None
 
 
 class ConfigError(AgentwarmError):
@@ -63,6 +73,15 @@ class NodeError(WorkflowError):
     def __init__(self, message: str, *, node: str) -> None:
         super().__init__(message)
         self.node = node
+
+
+class StepTimeout(WorkflowError):
+    """A step ran longer than its time limit (``@node(timeout_s=...)``, ``step_timeout_s``)."""
+
+    def __init__(self, message: str, *, node: str, limit_s: float) -> None:
+        super().__init__(message)
+        self.node = node
+        self.limit_s = limit_s
 
 
 class MaxStepsExceeded(WorkflowError):
@@ -91,3 +110,13 @@ class RequestAborted(EngineError):
 
 class InvalidRequest(EngineError):
     """The engine rejected the request as malformed (empty ids, over the context length, ...)."""
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """A prompt (plus the tokens asked for) does not fit the model's context length."""
+
+    def __init__(self, message: str, *, prompt_tokens: int, max_tokens: int, limit: int) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.limit = limit

@@ -6,18 +6,19 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from agentwarm import telemetry as tm
 from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
-from agentwarm.errors import ConfigError
+from agentwarm.cli._run_report import Failure, interrupted, render, report_failures
+from agentwarm.errors import ConfigError, EngineError, EngineUnavailable, WorkflowError
 from agentwarm.graphs import Workflow, load_workflow
+from agentwarm.graphs._node import check_timeout
 from agentwarm.runtime import PrefetchPolicy, RunResult, summarize
 
 __all__ = ("register", "run")
@@ -56,70 +57,23 @@ def _read_inputs(path: Path) -> list[str]:
     return out
 
 
-def _inputs(workflow: Workflow, text: str | None, path: Path | None, runs: int) -> list[str]:
+def _inputs(workflow: Workflow, text: str | None, path: Path | None, runs: int | None) -> list[str]:
+    """The input of each run: ``--input``, else the lines of ``--inputs`` (each once unless
+    ``--runs`` is given, then cycled), else the workflow file's ``INPUTS`` (cycled over
+    ``--runs``, default 1), else one empty input (with a warning)."""
     if text is not None and path is not None:
         raise ConfigError("give either --input or --inputs, not both")
     pool = [text] if text is not None else _read_inputs(path) if path else []
+    if path is not None and runs is None:
+        return pool
+    if not pool and not workflow.sample_inputs:
+        typer.echo(
+            f"warning: workflow '{workflow.name}' defines no INPUTS and no --input was given: "
+            "running with an empty input (pass --input TEXT or --inputs FILE)",
+            err=True,
+        )
     pool = pool or list(workflow.sample_inputs) or [""]
-    return [pool[i % len(pool)] for i in range(runs)]
-
-
-def _fmt_ms(v: float | None) -> str:
-    return "—" if v is None else f"{v * 1000:.1f}"
-
-
-def _render(console: Console, results: list[RunResult], summary: dict[str, Any]) -> None:
-    runs = Table(title="Runs", title_justify="left", header_style="bold")
-    for col in (
-        "run",
-        "steps",
-        "branch hits",
-        "hit rate so far",
-        "cached / prompt tok",
-        "mean TTFT ms",
-    ):
-        runs.add_column(col, justify="right")
-    for i, r in enumerate(results, 1):
-        s = r.summary()
-        runs.add_row(
-            str(i),
-            str(s["steps"]),
-            f"{s['branch_hit_rate']:.0%}",
-            f"{summarize(results[:i])['branch_hit_rate']:.0%}",
-            f"{s['cached_tokens']} / {s['prompt_tokens']}",
-            _fmt_ms(s["ttft_mean_s"]),
-        )
-    console.print(runs)
-    last = results[-1]
-    steps = Table(title=f"Steps of run {len(results)}", title_justify="left", header_style="bold")
-    for col in ("#", "node", "TTFT ms", "prompt tok", "cached tok", "outcome", "prefetched"):
-        steps.add_column(col, justify="left" if col in ("node", "prefetched") else "right")
-    style = {"hit": "green", "miss": "red", "none": "dim"}
-    for st in last.steps:
-        pre = ", ".join(
-            f"{p.target} {p.probability:.2f} {p.outcome}" for p in st.prefetches if p.speculative
-        )
-        steps.add_row(
-            str(st.index),
-            st.node,
-            _fmt_ms(st.ttft_s),
-            str(st.prompt_tokens),
-            str(st.cached_tokens),
-            f"[{style[st.outcome]}]{st.outcome}[/]",
-            pre or "—",
-        )
-    console.print(steps)
-    console.print(f"path of run {len(results)}: " + " → ".join(last.path))
-    prompt = summary["prompt_tokens"] or 1
-    console.print(
-        f"[bold]{summary['workflow']}[/]: {summary['runs']} runs, {summary['steps']} steps · "
-        f"branch hit rate [bold]{summary['branch_hit_rate']:.0%}[/] · acceptance "
-        f"{summary['acceptance_ratio']:.0%} ({summary['prefetch_hits']}/"
-        f"{summary['prefetches_issued']}) · cached {summary['cached_tokens']}/"
-        f"{summary['prompt_tokens']} tok ({summary['cached_tokens'] / prompt:.0%}) · wasted "
-        f"{summary['wasted_tokens']} tok · TTFT p50 {_fmt_ms(summary['ttft_p50_s'])} ms, "
-        f"p95 {_fmt_ms(summary['ttft_p95_s'])} ms"
-    )
+    return [pool[i % len(pool)] for i in range(runs or 1)]
 
 
 async def _run_all(
@@ -131,27 +85,47 @@ async def _run_all(
     policy: PrefetchPolicy,
     state_dir: Path,
     progress: Progress | None,
-) -> list[RunResult]:
-    engine = await open_engine(engine_spec, model)
-    results: list[RunResult] = []
+) -> tuple[list[tuple[int, RunResult]], list[Failure]]:
+    """Run every input. A failing run (a node raising, a step timing out, the engine refusing a
+    prompt) is recorded and the batch goes on; an engine that is gone stops it."""
+    try:
+        engine = await open_engine(engine_spec, model)
+    except EngineError as exc:  # the engine named by --engine cannot be used: the user's fix
+        raise ConfigError(str(exc)) from exc
+    done: list[tuple[int, RunResult]] = []
+    failed: list[Failure] = []
     async with engine:
         task = progress.add_task("runs", total=len(inputs)) if progress else None
-        for text in inputs:
-            results.append(
-                await workflow.run(text, engine=engine, policy=policy, state_dir=state_dir)
-            )
+        for i, text in enumerate(inputs, 1):
+            try:
+                result = await workflow.run(text, engine=engine, policy=policy, state_dir=state_dir)
+            except (WorkflowError, EngineError) as exc:
+                failed.append(Failure(i, text, exc))
+                if isinstance(exc, EngineUnavailable):
+                    break
+            else:
+                done.append((i, result))
             if progress is not None and task is not None:
                 progress.advance(task)
-    return results
+    return done, failed
 
 
 def run(
     target: Annotated[str, typer.Argument(metavar="FILE[:WORKFLOW]", help="Workflow file.")],
     input: Annotated[str | None, typer.Option("--input", "-i", help="Input text.")] = None,
     inputs: Annotated[
-        Path | None, typer.Option("--inputs", help="JSONL file, one input per line.")
+        Path | None,
+        typer.Option("--inputs", help="JSONL file, one input per line; each runs once."),
     ] = None,
-    runs: Annotated[int, typer.Option("--runs", "-n", min=1, help="Number of runs.")] = 1,
+    runs: Annotated[
+        int | None,
+        typer.Option(
+            "--runs",
+            "-n",
+            min=1,
+            help="Number of runs, cycling over the inputs (default: 1, or one per --inputs line).",
+        ),
+    ] = None,
     engine: Annotated[
         str, typer.Option("--engine", help="local | fake | http://HOST:PORT[,URL...]")
     ] = "local",
@@ -167,46 +141,71 @@ def run(
             "--top-n", min=1, max=16, help="Successors to prefetch per step (default: policy's)."
         ),
     ] = None,
+    step_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--step-timeout",
+            metavar="S",
+            help="Fail a run whose step takes longer than S seconds (a node's own "
+            "@node(timeout_s=...) wins).",
+        ),
+    ] = None,
     state_dir: Annotated[
         Path | None, typer.Option("--state-dir", help="Learned predictor state directory.")
     ] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Write spans as JSONL.")] = None,
     otlp: Annotated[str | None, typer.Option("--otlp", help="OTLP/HTTP endpoint.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", "-v", help="Print the traceback of every error.")
+    ] = False,
 ) -> None:
-    """Run a workflow; print per-step TTFT, cached tokens and prefetch outcomes."""
-    with cli_errors():
-        _run(
-            target,
-            input,
-            inputs,
-            runs,
-            engine,
-            model,
-            no_prefetch,
-            top_n,
-            state_dir,
-            trace,
-            otlp,
-            as_json,
-        )
+    """Run a workflow; print per-step TTFT, cached tokens and prefetch outcomes.
+
+    Exit codes: 0 every run completed; 1 a run failed (the others still ran and are reported);
+    2 a usage error; 130 interrupted (Ctrl-C)."""
+    with cli_errors(debug=debug):
+        try:
+            _run(
+                target,
+                input,
+                inputs,
+                runs,
+                engine,
+                model,
+                no_prefetch,
+                top_n,
+                step_timeout,
+                state_dir,
+                trace,
+                otlp,
+                as_json,
+                debug,
+            )
+        except KeyboardInterrupt:
+            interrupted()
+            raise typer.Exit(130) from None
 
 
 def _run(
     target: str,
     input: str | None,
     inputs: Path | None,
-    runs: int,
+    runs: int | None,
     engine: str,
     model: str,
     no_prefetch: bool,
     top_n: int | None,
+    step_timeout: float | None,
     state_dir: Path | None,
     trace: Path | None,
     otlp: str | None,
     as_json: bool,
+    debug: bool,
 ) -> None:
     workflow = load_workflow(target)
+    if step_timeout is not None:
+        workflow.step_timeout_s = check_timeout("--step-timeout", step_timeout)
     texts = _inputs(workflow, input, inputs, runs)
     if no_prefetch:
         policy = PrefetchPolicy.disabled()
@@ -225,7 +224,7 @@ def _run(
                 console=err,
                 transient=True,
             ) as progress:
-                results = asyncio.run(
+                done, failed = asyncio.run(
                     _run_all(
                         workflow,
                         texts,
@@ -237,7 +236,7 @@ def _run(
                     )
                 )
         else:
-            results = asyncio.run(
+            done, failed = asyncio.run(
                 _run_all(
                     workflow,
                     texts,
@@ -251,13 +250,18 @@ def _run(
     finally:
         if telemetry is not None:
             telemetry.shutdown()
-    summary = {"workflow": workflow.name, **summarize(results)}
+    results = [r for _, r in done]
+    summary = summarize(results, workflow=workflow.name)
     if as_json:
         summary["paths"] = [r.path for r in results]
         summary["per_run_branch_hit_rate"] = [r.summary()["branch_hit_rate"] for r in results]
+        summary["failed_runs"] = [f.to_dict() for f in failed]
         typer.echo(json.dumps(summary))
-        return
-    _render(Console(), results, summary)
+    else:
+        render(Console(), done, failed, summary, prefetch=not no_prefetch)
+    if failed:
+        report_failures(failed, len(texts), debug=debug)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

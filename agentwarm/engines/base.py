@@ -21,6 +21,9 @@ Rules every implementation keeps:
   SGLang matches rids by prefix.
 * ``encode`` never adds special tokens, so segment-wise encodings can be concatenated.
 * Failures raise :mod:`agentwarm.errors` types, translated ``from`` the original exception.
+* A request that does not fit the model context (prompt, plus ``max_tokens`` for ``generate``)
+  raises :class:`~agentwarm.errors.ContextLengthExceeded` before any work: see
+  :func:`check_context`, the one rule every engine applies.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from types import TracebackType
 
+from agentwarm.errors import ContextLengthExceeded
+
 __all__ = (
+    "DEFAULT_MAX_CONTEXT",
     "Completion",
     "Engine",
     "EngineStats",
@@ -40,8 +46,12 @@ __all__ = (
     "PrefillStatus",
     "Priority",
     "StreamChunk",
+    "check_context",
     "new_rid",
 )
+
+#: Context length (tokens) of the built-in model presets and of the FakeEngine by default.
+DEFAULT_MAX_CONTEXT = 8192
 
 
 class Priority(IntEnum):
@@ -121,6 +131,31 @@ class EngineStats:
     computed_tokens: int
     requests: int
     aborted: int
+
+
+def check_context(prompt_tokens: int, limit: int, *, max_tokens: int = 0) -> None:
+    """Raise :class:`~agentwarm.errors.ContextLengthExceeded` unless a prompt of
+    ``prompt_tokens`` and up to ``max_tokens`` generated tokens fit a context of ``limit``.
+
+    A live request whose output would run past the context is refused up front (as SGLang
+    does), rather than answered with the few tokens that happen to fit."""
+    if prompt_tokens > limit:
+        raise ContextLengthExceeded(
+            f"prompt of {prompt_tokens} tokens exceeds the model context of {limit} tokens; "
+            "shorten the prompt (system, tools, transcript) or use a longer-context model",
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            limit=limit,
+        )
+    if prompt_tokens + max_tokens > limit:
+        raise ContextLengthExceeded(
+            f"prompt of {prompt_tokens} tokens + max_tokens {max_tokens} exceeds the model "
+            f"context of {limit} tokens; lower max_tokens to at most {limit - prompt_tokens} "
+            "or shorten the prompt",
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            limit=limit,
+        )
 
 
 def new_rid() -> str:

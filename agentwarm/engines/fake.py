@@ -21,12 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentwarm.engines.base import (
+    DEFAULT_MAX_CONTEXT,
     Completion,
     Engine,
     EngineStats,
     PrefillResult,
     PrefillStatus,
     Priority,
+    check_context,
     new_rid,
 )
 from agentwarm.engines.radix import RadixCache, RadixNode
@@ -75,6 +77,8 @@ class FakeEngine(Engine):
 
     ``max_cached_tokens`` bounds the radix cache; speculative prefills pin their prefix for
     ``pin_ttl_s``. ``log`` records every finished request and ``aborts`` every abort received.
+    ``max_context`` is the model context in tokens (bytes), as the built-in presets' by default:
+    a longer prompt, or a prompt plus ``max_tokens`` past it, raises ``ContextLengthExceeded``.
     """
 
     supports_promotion = True
@@ -88,11 +92,13 @@ class FakeEngine(Engine):
         chunk_size: int = 256,
         max_cached_tokens: int | None = None,
         pin_ttl_s: float = 30.0,
-        max_context: int = 1 << 20,
+        max_context: int = DEFAULT_MAX_CONTEXT,
         model_name: str = "fake",
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
+        if max_context < 1:
+            raise ValueError("max_context must be >= 1")
         self.seconds_per_token = seconds_per_token
         self.seconds_per_output_token = seconds_per_output_token
         self.chunk_size = chunk_size
@@ -150,7 +156,7 @@ class FakeEngine(Engine):
         seed: int | None = None,
     ) -> Completion:
         t0 = time.perf_counter()
-        item = self._enqueue("generate", ids, priority, rid, namespace, session)
+        item = self._enqueue("generate", ids, priority, rid, namespace, session, max(1, max_tokens))
         cached, _computed, aborted = await self._wait(item)
         if aborted:
             raise RequestAborted(f"request {item.rid} was aborted")
@@ -227,15 +233,13 @@ class FakeEngine(Engine):
         rid: str | None,
         namespace: str,
         session: str | None,
+        max_tokens: int = 0,
     ) -> _Item:
         if self._closed:
             raise EngineUnavailable("FakeEngine is closed")
         if not ids:
             raise InvalidRequest("empty prompt: ids must hold at least one token")
-        if len(ids) > self.max_context:
-            raise InvalidRequest(
-                f"prompt of {len(ids)} tokens exceeds the context length {self.max_context}"
-            )
+        check_context(len(ids), self.max_context, max_tokens=max_tokens)
         loop = asyncio.get_running_loop()
         item = _Item(
             kind=kind,

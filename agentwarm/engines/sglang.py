@@ -958,9 +958,17 @@ async def _sse_events(resp: httpx.Response, url: str) -> AsyncIterator[dict[str,
 
 
 def _event_error(event: Mapping[str, Any], url: str) -> EngineError:
+    """The error event of a stream; its ``code`` (``agentwarm serve`` sends the HTTP status it
+    would have answered) picks the type, as for an error status."""
     error = event.get("error")
     message = error.get("message") if isinstance(error, Mapping) else error
-    return EngineError(f"{url}/generate: stream error: {message}")
+    code = error.get("code") if isinstance(error, Mapping) else None
+    text = f"{url}/generate: stream error: {message}"
+    if code in _INVALID_STATUSES:
+        return InvalidRequest(text)
+    if code in _UNAVAILABLE_STATUSES:
+        return EngineUnavailable(text)
+    return EngineError(text)
 
 
 def _error_message(resp: httpx.Response) -> str:

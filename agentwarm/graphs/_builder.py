@@ -7,7 +7,7 @@ from types import ModuleType
 import networkx as nx
 
 from agentwarm.errors import GraphValidationError
-from agentwarm.graphs._node import END, START, NodeSpec
+from agentwarm.graphs._node import END, START, NodeSpec, check_timeout
 from agentwarm.graphs._workflow import Workflow
 
 __all__ = ("WorkflowGraph",)
@@ -60,8 +60,14 @@ class WorkflowGraph:
     def nodes(self) -> dict[str, NodeSpec]:
         return dict(self._nodes)
 
-    def compile(self, *, max_steps: int = DEFAULT_MAX_STEPS) -> Workflow:
+    def compile(
+        self, *, max_steps: int = DEFAULT_MAX_STEPS, step_timeout_s: float | None = None
+    ) -> Workflow:
         """Validate the graph and freeze it into a :class:`Workflow`.
+
+        ``step_timeout_s`` limits every step of a node without its own ``@node(timeout_s=...)``
+        (None: no limit); a step past it fails the run with
+        :class:`~agentwarm.errors.StepTimeout`.
 
         Raises :class:`GraphValidationError` naming the offending node for: no nodes, no or
         several entry nodes, a successor that names no node, a node unreachable from the entry,
@@ -69,6 +75,7 @@ class WorkflowGraph:
         """
         if max_steps < 1:
             raise GraphValidationError(f"max_steps must be >= 1, got {max_steps}")
+        step_timeout = check_timeout("step_timeout_s", step_timeout_s)
         if not self._nodes:
             raise GraphValidationError(f"Workflow '{self.name}' has no nodes; add @node steps")
         entries = [s.name for s in self._nodes.values() if s.entry]
@@ -124,4 +131,5 @@ class WorkflowGraph:
             graph=graph,
             entry=entries[0],
             max_steps=max_steps,
+            step_timeout_s=step_timeout,
         )

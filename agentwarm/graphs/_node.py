@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
@@ -12,7 +13,7 @@ from agentwarm.errors import GraphValidationError
 if TYPE_CHECKING:
     from agentwarm.runtime.context import Context
 
-__all__ = ("END", "START", "NodeFn", "NodeSpec", "node")
+__all__ = ("END", "START", "NodeFn", "NodeSpec", "check_timeout", "node")
 
 #: Return this (or list it in ``next``) to finish a workflow branch.
 END = "__end__"
@@ -39,6 +40,7 @@ class NodeSpec:
     entry: bool = False
     join: bool = False
     max_tokens: int = 64
+    timeout_s: float | None = None
     module: str | None = field(default=None, compare=False)
 
     @property
@@ -87,6 +89,18 @@ def _check_tools(name: str, tools: object) -> tuple[dict[str, Any], ...]:
     return tuple(tools)
 
 
+def check_timeout(what: str, value: object, *, node: str | None = None) -> float | None:
+    """``value`` as a step time limit in seconds (a positive finite number, or None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise GraphValidationError(
+            f"{what}={value!r} must be a positive number of seconds (or None for no limit)",
+            node=node,
+        )
+    return float(value)
+
+
 @overload
 def node(fn: NodeFn, /) -> NodeSpec: ...
 
@@ -101,6 +115,7 @@ def node(
     entry: bool = False,
     join: bool = False,
     max_tokens: int = 64,
+    timeout_s: float | None = None,
 ) -> Callable[[NodeFn], NodeSpec]: ...
 
 
@@ -115,6 +130,7 @@ def node(
     entry: bool = False,
     join: bool = False,
     max_tokens: int = 64,
+    timeout_s: float | None = None,
 ) -> NodeSpec | Callable[[NodeFn], NodeSpec]:
     """Declare a workflow step.
 
@@ -124,7 +140,9 @@ def node(
 
     ``next`` declares the possible successors: the graph is validated against it and the
     predictor's prior is spread over it. ``join=True`` marks a fan-in node: after a fan-out it
-    runs once, when every concurrent branch has reached it.
+    runs once, when every concurrent branch has reached it. ``timeout_s`` limits how long one
+    step of this node may take (its LLM calls included); past it the run fails with
+    :class:`~agentwarm.errors.StepTimeout` (default: the workflow's ``step_timeout_s``).
     """
 
     def wrap(f: NodeFn) -> NodeSpec:
@@ -144,6 +162,7 @@ def node(
             entry=entry,
             join=join,
             max_tokens=max_tokens,
+            timeout_s=check_timeout(f"Node '{node_name}': timeout_s", timeout_s, node=node_name),
             module=getattr(f, "__module__", None),
         )
 

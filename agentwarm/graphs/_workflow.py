@@ -31,6 +31,7 @@ class Workflow:
 
     Built by :meth:`WorkflowGraph.compile`; do not construct directly. The graph's nodes are the
     node names plus ``END``; cycles are allowed and bounded at run time by ``max_steps``.
+    ``step_timeout_s`` is the time limit of a step whose node sets no ``timeout_s``.
     """
 
     name: str
@@ -38,6 +39,7 @@ class Workflow:
     graph: nx.DiGraph
     entry: str
     max_steps: int
+    step_timeout_s: float | None = None
     sample_inputs: tuple[str, ...] = ()
     _sessions: dict[tuple[int, str], WorkflowSession] = field(default_factory=dict, repr=False)
 

@@ -37,12 +37,27 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
+def _collected_name(module: ModuleType, path: Path) -> str:
+    """The name of the workflow made of a module's top-level @nodes: its ``WORKFLOW_NAME``, else
+    the file's stem."""
+    return str(getattr(module, "WORKFLOW_NAME", path.stem))
+
+
+def _collect(module: ModuleType, path: Path) -> WorkflowGraph:
+    try:
+        return WorkflowGraph.from_module(module, name=_collected_name(module, path))
+    except GraphValidationError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
 def load_workflow(spec: str | Path) -> Workflow:
     """Compile the workflow named by ``spec``.
 
     ``spec`` is ``FILE.py`` or ``FILE.py:NAME``. ``NAME`` names a module attribute that is a
-    :class:`Workflow` or :class:`WorkflowGraph`. Without ``NAME``: the module's single ``Workflow``
-    attribute if it has exactly one, else every top-level ``@node`` of the module.
+    :class:`Workflow` or :class:`WorkflowGraph`, or such an object's ``name`` (what ``agentwarm
+    run`` prints). Without ``NAME``: the module's single ``Workflow`` attribute if it has exactly
+    one, else every top-level ``@node`` of the module, named by its ``WORKFLOW_NAME`` (default:
+    the file's stem), which ``NAME`` may also give.
     """
     text = str(spec)
     name: str | None = None
@@ -55,13 +70,20 @@ def load_workflow(spec: str | Path) -> Workflow:
         raise ConfigError(f"{path}: is a directory; give the path of a Python file")
     module = _import_file(path)
     found = {k: v for k, v in vars(module).items() if isinstance(v, Workflow | WorkflowGraph)}
+    obj: Workflow | WorkflowGraph
     if name is not None:
-        obj = found.get(name)
-        if obj is None:
-            choices = ", ".join(sorted(found)) or "none defined"
+        # NAME is an attribute, or the name a workflow reports (the one `agentwarm run` prints),
+        # or the name the module's collected @node steps go by.
+        by_name = {v.name: v for v in found.values()}
+        if not found and _collected_name(module, path) == name:
+            obj = _collect(module, path)
+        elif name in found or name in by_name:
+            obj = found.get(name) or by_name[name]
+        else:
+            names = sorted({*found, *by_name}) or [f"{_collected_name(module, path)} (its @nodes)"]
             raise ConfigError(
-                f"{path}: has no workflow named '{name}' (workflows: {choices}); "
-                f"use {path}:NAME with one of them, or {path} alone to collect its @node steps"
+                f"{path}: has no workflow named '{name}' (workflows: {', '.join(names)}); "
+                f"use {path}:NAME with one of them, or {path} alone"
             )
     elif len(found) == 1:
         obj = next(iter(found.values()))
@@ -71,10 +93,7 @@ def load_workflow(spec: str | Path) -> Workflow:
             f"pick one with {path}:NAME"
         )
     else:
-        try:
-            obj = WorkflowGraph.from_module(module, name=path.stem)
-        except GraphValidationError as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
+        obj = _collect(module, path)
     workflow = obj.compile() if isinstance(obj, WorkflowGraph) else obj
     samples = getattr(module, "INPUTS", None)
     if isinstance(samples, list | tuple) and all(isinstance(s, str) for s in samples):

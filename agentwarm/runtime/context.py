@@ -10,6 +10,7 @@ from opentelemetry import trace
 
 from agentwarm import telemetry as tm
 from agentwarm.engines.base import Completion, Priority
+from agentwarm.errors import ContextLengthExceeded
 from agentwarm.runtime.transcript import Transcript
 
 if TYPE_CHECKING:
@@ -83,15 +84,25 @@ class Context:
             if tm.capture_content():
                 span.set_attribute(tm.GEN_AI_INPUT_MESSAGES, text or "")
             t_send = time.perf_counter()
-            completion = await run.engine.generate(
-                ids,
-                max_tokens=tokens,
-                temperature=temperature,
-                priority=Priority.LIVE,
-                namespace=run.namespace,
-                session=run.run_id,
-                seed=seed,
-            )
+            try:
+                completion = await run.engine.generate(
+                    ids,
+                    max_tokens=tokens,
+                    temperature=temperature,
+                    priority=Priority.LIVE,
+                    namespace=run.namespace,
+                    session=run.run_id,
+                    seed=seed,
+                )
+            except ContextLengthExceeded as exc:
+                error = ContextLengthExceeded(
+                    f"Node '{spec.name}': {exc}",
+                    prompt_tokens=exc.prompt_tokens,
+                    max_tokens=exc.max_tokens,
+                    limit=exc.limit,
+                )
+                error.node = spec.name
+                raise error from exc
             ttft = (t_send - t0) + completion.ttft_s
             span.set_attributes(
                 tm.llm_response_attributes(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -13,8 +16,8 @@ from opentelemetry import trace
 
 from agentwarm import telemetry as tm
 from agentwarm.engines.base import Engine, new_rid
-from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, WorkflowError
-from agentwarm.graphs._node import END, START
+from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, StepTimeout, WorkflowError
+from agentwarm.graphs._node import END, START, NodeSpec
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
 from agentwarm.runtime.prompt import PromptRenderer
@@ -30,7 +33,10 @@ if TYPE_CHECKING:
     from agentwarm.runtime.policy import PrefetchPolicy
     from agentwarm.runtime.timing import StepTiming
 
-__all__ = ("Run",)
+__all__ = ("SYNC_THREAD_PREFIX", "Run")
+
+#: Name prefix of the thread a sync node runs in (followed by the node's name).
+SYNC_THREAD_PREFIX = "agentwarm-node:"
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,57 @@ async def _all_or_cancel(coros: list[Coroutine[Any, Any, list[_Arrival]]]) -> li
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _call_node(spec: NodeSpec, ctx: Context) -> object:
+    """Call a node function: ``async def`` on the loop, a plain function in its own daemon
+    thread (the loop keeps prefetching meanwhile). A cancelled or timed-out sync node's thread
+    cannot be stopped: it is abandoned, and being a daemon it never holds up the process's exit
+    (the default executor's threads would, after Ctrl-C)."""
+    if spec.is_async:
+        return await spec.fn(ctx)  # type: ignore[misc]
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[object] = loop.create_future()
+    context = contextvars.copy_context()  # keeps the step's span current in the thread
+
+    def settle(value: object, error: BaseException | None) -> None:
+        if future.done():  # the step was cancelled or timed out meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def target() -> None:
+        value: object = None
+        error: BaseException | None = None
+        try:
+            value = context.run(spec.fn, ctx)
+        except BaseException as exc:  # handed to the awaiting step, re-raised there
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=target, name=f"{SYNC_THREAD_PREFIX}{spec.name}", daemon=True).start()
+    result = await future
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _timed_out(spec: NodeSpec, limit: float) -> StepTimeout:
+    where = (
+        "its @node(timeout_s=...)"
+        if spec.timeout_s is not None
+        else "the workflow's step_timeout_s / --step-timeout"
+    )
+    abandoned = "" if spec.is_async else "; its thread (a sync node) is abandoned, still running"
+    return StepTimeout(
+        f"Node '{spec.name}' ran past the step time limit of {limit:g} s ({where}); the run "
+        f"was stopped and the step's prefetches cancelled{abandoned}",
+        node=spec.name,
+        limit_s=limit,
+    )
 
 
 class Run:
@@ -232,20 +289,23 @@ class Run:
                     _run=self,
                     _scope=scope,
                 )
+                limit = self.workflow.step_timeout_s if spec.timeout_s is None else spec.timeout_s
+                deadline = asyncio.timeout(limit)
                 try:
-                    if spec.is_async:
-                        result = await spec.fn(ctx)  # type: ignore[misc]
-                    else:
-                        # Sync nodes run in a worker thread: the loop keeps prefetching.
-                        result = await asyncio.to_thread(spec.fn, ctx)
-                        if inspect.isawaitable(result):
-                            result = await result
-                except (WorkflowError, EngineError):
-                    # Engine failures of live requests keep their type (EngineUnavailable, ...).
+                    async with deadline:
+                        result = await _call_node(spec, ctx)
+                except (WorkflowError, EngineError) as exc:
+                    # Engine failures of live requests keep their type (EngineUnavailable, ...);
+                    # the step's node is attached for the error report.
+                    if exc.node is None:
+                        exc.node = node
                     raise
                 except Exception as exc:
                     span.record_exception(exc)
                     span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+                    if isinstance(exc, TimeoutError) and deadline.expired():
+                        assert limit is not None
+                        raise _timed_out(spec, limit) from None
                     raise NodeError(
                         f"Node '{node}' raised {type(exc).__name__}: {exc}", node=node
                     ) from exc

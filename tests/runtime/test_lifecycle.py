@@ -15,6 +15,7 @@ from agentwarm.runtime.guardrail import Level
 from agentwarm.runtime.result import Outcome
 
 BIG = "rule. " * 2000  # ~12k byte tokens
+BIG_CONTEXT = 1 << 15  # over the FakeEngine's default context (8,192, the presets')
 
 
 def _leaf(name: str, system: str = ""):
@@ -34,7 +35,9 @@ async def test_losers_refreshed_right_before_the_transition_never_run_to_complet
         await ctx.llm(ctx.input, max_tokens=2)
         return "b"
 
-    engine = FakeEngine(seconds_per_token=2e-6, seconds_per_output_token=1e-4)
+    engine = FakeEngine(
+        seconds_per_token=2e-6, seconds_per_output_token=1e-4, max_context=BIG_CONTEXT
+    )
     wf = WorkflowGraph("race").add(a, _leaf("b", "B" + BIG), _leaf("c", "C" + BIG)).compile()
     policy = PrefetchPolicy(top_n=2, min_p=0.0, warm_confirmed=False, timing="step_start")
     result = await wf.run("hello", engine=engine, policy=policy)
@@ -52,7 +55,7 @@ async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
         await asyncio.sleep(0.001)
         raise ValueError("tool broke")
 
-    engine = FakeEngine(seconds_per_token=1e-4)
+    engine = FakeEngine(seconds_per_token=1e-4, max_context=BIG_CONTEXT)
     wf = WorkflowGraph("boom").add(a, _leaf("b", BIG), _leaf("c", BIG)).compile()
     with tm.capture_spans() as exporter, pytest.raises(NodeError, match="tool broke"):
         await wf.run(

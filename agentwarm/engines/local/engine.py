@@ -32,6 +32,7 @@ from agentwarm.engines.base import (
     PrefillResult,
     Priority,
     StreamChunk,
+    check_context,
     new_rid,
 )
 from agentwarm.engines.local.model import LoadedModel, load_model
@@ -266,10 +267,12 @@ class LocalEngine(Engine):
             raise InvalidRequest(f"max_tokens must be >= 1, got {max_tokens} (use prefill)")
         if temperature < 0:
             raise InvalidRequest(f"temperature must be >= 0, got {temperature}")
+        checked = self._check_ids(ids)
+        check_context(len(checked), self.max_context, max_tokens=max_tokens)
         return Request(
             rid=rid or new_rid(),
             kind=RequestKind.GENERATE,
-            ids=self._check_ids(ids),
+            ids=checked,
             priority=int(priority),
             namespace=namespace,
             max_tokens=max_tokens,
@@ -282,10 +285,7 @@ class LocalEngine(Engine):
         out = tuple(int(i) for i in ids)
         if not out:
             raise InvalidRequest("empty prompt: ids must hold at least one token")
-        if len(out) > self.max_context:
-            raise InvalidRequest(
-                f"prompt of {len(out)} tokens exceeds the model context of {self.max_context}"
-            )
+        check_context(len(out), self.max_context)
         lo, hi = min(out), max(out)
         if lo < 0 or hi >= self.runner.vocab_size:
             bad = lo if lo < 0 else hi

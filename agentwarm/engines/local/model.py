@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agentwarm.engines.base import DEFAULT_MAX_CONTEXT
 from agentwarm.engines.local.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from agentwarm.errors import EngineError
 
@@ -44,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "vocab_size": ByteTokenizer.VOCAB_SIZE,
-        "max_position_embeddings": 8192,
+        "max_position_embeddings": DEFAULT_MAX_CONTEXT,
         "rope_theta": 10000.0,
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": True,
@@ -57,7 +58,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 9,
         "num_key_value_heads": 3,
         "vocab_size": 49152,
-        "max_position_embeddings": 8192,
+        "max_position_embeddings": DEFAULT_MAX_CONTEXT,
         "rope_theta": 10000.0,
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": True,
