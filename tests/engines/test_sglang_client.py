@@ -21,6 +21,7 @@ from agentwarm.errors import (
     InvalidRequest,
     RequestAborted,
 )
+from tests.waiting import DEFAULT_TIMEOUT_S
 
 URL = "http://sglang.test:30000"
 
@@ -213,26 +214,28 @@ async def test_error_reply_after_our_abort_counts_as_aborted() -> None:
     """Older SGLang answers an aborted non-stream request with HTTP 400 or 500."""
     import asyncio
 
-    release = asyncio.Event()
+    release, arrived = asyncio.Event(), asyncio.Event()
     replies: list[int] = []
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/abort_request":
             release.set()
             return httpx.Response(200)
+        arrived.set()
         await release.wait()
         replies.append(400)
         return httpx.Response(400, json={"error": {"message": "Abort in waiting queue"}})
 
     engine = SGLangEngine(URL, tokenizer="byte", transport=httpx.MockTransport(handler))
     task = asyncio.create_task(engine.prefill([1, 2, 3], rid="a" * 32))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(arrived.wait(), DEFAULT_TIMEOUT_S)  # the request is pending
     await engine.abort("a" * 32)
     result = await task
     assert result.status is PrefillStatus.ABORTED and replies == [400]
-    gen = asyncio.create_task(engine.generate([1, 2, 3], rid="b" * 32))
     release.clear()
-    await asyncio.sleep(0.01)
+    arrived.clear()
+    gen = asyncio.create_task(engine.generate([1, 2, 3], rid="b" * 32))
+    await asyncio.wait_for(arrived.wait(), DEFAULT_TIMEOUT_S)
     await engine.abort("b" * 32)
     with pytest.raises(RequestAborted):
         await gen
@@ -243,7 +246,7 @@ async def test_abort_is_resent_while_the_request_is_pending() -> None:
     import asyncio
 
     aborts: list[str] = []
-    done = asyncio.Event()
+    done, arrived = asyncio.Event(), asyncio.Event()
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/abort_request":
@@ -251,13 +254,14 @@ async def test_abort_is_resent_while_the_request_is_pending() -> None:
             if len(aborts) == 2:  # the server learns the rid after the first abort
                 done.set()
             return httpx.Response(404, json={"error": {"message": "unknown rid"}})
+        arrived.set()
         await done.wait()
         meta = _meta("r", 3, 0, {"type": "abort", "message": "aborted"})
         return httpx.Response(200, json={"text": "", "output_ids": [], "meta_info": meta})
 
     engine = SGLangEngine(URL, tokenizer="byte", transport=httpx.MockTransport(handler))
     task = asyncio.create_task(engine.prefill([1, 2, 3], rid="c" * 32))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(arrived.wait(), DEFAULT_TIMEOUT_S)  # the request is pending
     await engine.abort("c" * 32)
     result = await task
     assert result.status is PrefillStatus.ABORTED

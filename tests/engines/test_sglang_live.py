@@ -11,6 +11,7 @@ below depends on which server answers, except where a comment says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +24,7 @@ from agentwarm.engines.base import PrefillStatus, Priority, new_rid
 from agentwarm.engines.sglang import SGLangEngine
 from agentwarm.errors import EngineUnavailable
 from tests.conftest_server import free_port, serve
+from tests.waiting import until
 
 REAL_URL = os.environ.get("AGENTWARM_SGLANG_URL")
 REAL = REAL_URL is not None
@@ -68,11 +70,13 @@ async def running_requests(engine: SGLangEngine) -> float:
 
 
 async def wait_in_flight(engine: SGLangEngine, task: asyncio.Task[object]) -> None:
-    """Until the server reports a running request (or 0.5 s without /metrics)."""
-    for _ in range(500):
-        if task.done() or await running_requests(engine) >= 1:
-            return
-        await asyncio.sleep(0.01)
+    """Until the server reports a running request (or 5 s, for servers without /metrics)."""
+
+    async def running() -> bool:
+        return task.done() or await running_requests(engine) >= 1
+
+    with contextlib.suppress(TimeoutError):
+        await until(running, timeout_s=5.0, what="a running request")
 
 
 async def long_prompt_len(engine: SGLangEngine, target: Target) -> int:

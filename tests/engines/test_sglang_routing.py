@@ -19,6 +19,7 @@ from agentwarm.engines.base import (
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.routing import HashRing, MultiWorkerEngine
 from agentwarm.errors import EngineTimeout, EngineUnavailable
+from tests.waiting import until
 
 SESSIONS = [f"run-{i}" for i in range(200)]
 
@@ -87,12 +88,12 @@ async def test_abort_goes_to_the_worker_that_got_the_rid() -> None:
     }
     engine = MultiWorkerEngine(workers)
     task = asyncio.create_task(engine.prefill(list(range(2000)), rid="r" * 32, session="run-x"))
-    await asyncio.sleep(0.05)
+    target = engine.route("run-x")
+    await until(lambda: workers[target].chunks, what="the prefill to start on its worker")
     await engine.abort("r" * 32)
     result = await task
     assert result.status is PrefillStatus.ABORTED
     assert result.computed_tokens < 2000
-    target = engine.route("run-x")
     assert {name: w.aborts for name, w in workers.items()} == {
         name: (["r" * 32] if name == target else []) for name in workers
     }

@@ -15,6 +15,7 @@ from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.engines.routing import MultiWorkerEngine
 from agentwarm.errors import EngineUnavailable
 from tests.conftest_server import ServeProcess, free_port, requests_per_worker, serve
+from tests.waiting import until
 
 
 def prompt(n: int) -> list[int]:
@@ -73,8 +74,11 @@ async def test_aborts_reach_the_worker_that_runs_the_request(
         before = [w.metrics()["sglang:num_aborted_requests_total"] for w in workers]
         rid = new_rid()
         task = asyncio.create_task(engine.prefill(prompt(20_000), rid=rid, session=run))
-        while not task.done() and workers[target].metrics()["sglang:num_running_reqs"] < 1:
-            await asyncio.sleep(0.01)
+        worker = workers[target]
+        await until(
+            lambda t=task, w=worker: t.done() or w.metrics()["sglang:num_running_reqs"] >= 1,
+            what="the prefill to run on its worker",
+        )
         await engine.abort(rid)
         result = await asyncio.wait_for(task, 30)
         after = [w.metrics()["sglang:num_aborted_requests_total"] for w in workers]
@@ -94,11 +98,9 @@ async def test_killing_a_worker_mid_run_moves_its_runs_and_drops_its_speculation
 
         # On the victim: a live request running and a speculative prefill queued behind it.
         live = asyncio.create_task(engine.generate(prompt(10_000), max_tokens=3, session=moving))
-        while victim.metrics()["sglang:num_running_reqs"] < 1:
-            await asyncio.sleep(0.01)
+        await until(lambda: victim.metrics()["sglang:num_running_reqs"] >= 1, what="live running")
         speculative = asyncio.create_task(engine.prefill(prompt(5_000), session=moving_too))
-        while victim.metrics()["sglang:num_running_reqs"] < 2:
-            await asyncio.sleep(0.01)
+        await until(lambda: victim.metrics()["sglang:num_running_reqs"] >= 2, what="both running")
         served_before = survivor.metrics()["sglang:num_requests_total"]
         victim.kill()
 

@@ -3,8 +3,6 @@ prefixes are identical sharing one request."""
 
 from __future__ import annotations
 
-import asyncio
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +10,7 @@ from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, n
 from agentwarm.engines.base import Priority
 from agentwarm.runtime.policy import choose_candidates
 from agentwarm.runtime.result import Outcome
+from tests.waiting import step_prefetches_done
 
 PRED = [("b", 0.5), ("c", 0.25), (END, 0.15), ("d", 0.06), ("e", 0.04)]
 
@@ -65,7 +64,7 @@ def _same_prompt_workflow(winner: str):
     @node(name="a", entry=True, system=system, next=["b", "c"])
     async def a(ctx: Context) -> str:
         await ctx.llm(ctx.input, max_tokens=2)
-        await asyncio.sleep(0.05)
+        await step_prefetches_done(ctx)  # a tool call that outlasts the prefetch
         return winner
 
     def leaf(name: str):

@@ -4,7 +4,7 @@ fan-out cancellation and nested joins, disabled runs and the guardrail, sync nod
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 
 import pytest
 
@@ -13,6 +13,7 @@ from agentwarm import telemetry as tm
 from agentwarm.errors import NodeError
 from agentwarm.runtime.guardrail import Level
 from agentwarm.runtime.result import Outcome
+from tests.waiting import DEFAULT_TIMEOUT_S, step_prefetches_done, until
 
 BIG = "rule. " * 2000  # ~12k byte tokens
 BIG_CONTEXT = 1 << 15  # over the FakeEngine's default context (8,192, the presets')
@@ -52,7 +53,8 @@ async def test_losers_refreshed_right_before_the_transition_never_run_to_complet
 async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
     @node(name="a", entry=True, next=["b", "c"])
     async def a(ctx: Context) -> str:
-        await asyncio.sleep(0.001)
+        # The tool breaks once the prefetch (b and c share one prefix) runs in the engine.
+        await until(lambda: engine._queue, what="the prefetch to reach the engine")
         raise ValueError("tool broke")
 
     engine = FakeEngine(seconds_per_token=1e-4, max_context=BIG_CONTEXT)
@@ -64,13 +66,13 @@ async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
     prefills = [s for s in exporter.get_finished_spans() if s.name == tm.SPAN_PREFILL]
     assert len(prefills) == 2
     assert {s.attributes[tm.AW_PREFILL_OUTCOME] for s in prefills} == {Outcome.CANCELLED}
-    await asyncio.sleep(0.05)
-    assert not engine._queue  # nothing left running in the engine
-    assert all(r.status == "aborted" for r in engine.log if r.kind == "prefill")
+    await until(lambda: not engine._queue, what="the engine to drop the aborted prefills")
+    assert [r.status for r in engine.log if r.kind == "prefill"] == ["aborted"]
 
 
 async def test_failed_branch_cancels_its_siblings():
     events: list[str] = []
+    slow_started, never = asyncio.Event(), asyncio.Event()
 
     @node(name="a", entry=True, next=["bad", "slow"])
     async def a(ctx: Context) -> list[str]:
@@ -78,29 +80,39 @@ async def test_failed_branch_cancels_its_siblings():
 
     @node(name="bad", next=[END])
     async def bad(ctx: Context) -> str:
+        await asyncio.wait_for(slow_started.wait(), DEFAULT_TIMEOUT_S)
         raise RuntimeError("branch failed")
 
     @node(name="slow", next=[END])
     async def slow(ctx: Context) -> str:
-        await asyncio.sleep(0.05)
+        slow_started.set()
+        try:
+            await asyncio.wait_for(never.wait(), DEFAULT_TIMEOUT_S)  # a long tool call
+        except asyncio.CancelledError:
+            events.append("slow cancelled")
+            raise
         events.append("slow finished")
         return END
 
     wf = WorkflowGraph("fan").add(a, bad, slow).compile()
     with pytest.raises(NodeError, match="branch failed"):
         await wf.run("", engine=FakeEngine())
-    await asyncio.sleep(0.1)
-    assert events == []
+    await until(lambda: events, what="the slow branch to end")
+    assert events == ["slow cancelled"]
 
 
 async def test_nested_fanout_runs_each_join_once_after_all_its_branches():
     ran: list[str] = []
+    j1_ran = asyncio.Event()
 
-    def mk(name, nxt, ret=None, join=False, entry=False, delay=0.0):
+    def mk(name, nxt, ret=None, join=False, entry=False, after=None):
         @node(name=name, next=nxt, join=join, entry=entry)
         async def fn(ctx: Context):
-            await asyncio.sleep(delay)
+            if after is not None:  # c, the slow branch, ends only after the inner join ran
+                await asyncio.wait_for(after.wait(), DEFAULT_TIMEOUT_S)
             ran.append(name)
+            if name == "j1":
+                j1_ran.set()
             return ret if ret is not None else nxt[0]
 
         return fn
@@ -113,7 +125,7 @@ async def test_nested_fanout_runs_each_join_once_after_all_its_branches():
             mk("d", ["j1"]),
             mk("e", ["j1"]),
             mk("j1", ["j"], join=True),
-            mk("c", ["j"], delay=0.05),
+            mk("c", ["j"], after=j1_ran),
             mk("j", [END], join=True),
         )
         .compile()
@@ -121,7 +133,7 @@ async def test_nested_fanout_runs_each_join_once_after_all_its_branches():
     await wf.run("x", engine=FakeEngine(), policy=PrefetchPolicy.disabled())
     assert ran.count("j") == 1 and ran.count("j1") == 1
     assert ran.index("j1") > max(ran.index("d"), ran.index("e"))
-    assert ran[-1] == "j" and ran.index("c") < ran.index("j")
+    assert ran[-1] == "j" and ran.index("j1") < ran.index("c") < ran.index("j")
 
 
 async def test_join_prefetched_by_its_branches_counts_as_a_hit():
@@ -129,7 +141,7 @@ async def test_join_prefetched_by_its_branches_counts_as_a_hit():
         @node(name=name, next=nxt, join=join, entry=entry, system=f"{name} " * 50)
         async def fn(ctx: Context):
             await ctx.llm("go", max_tokens=1)
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # tool time; the hit is decided at the transition
             return ret if ret is not None else nxt[0]
 
         return fn
@@ -165,12 +177,16 @@ async def test_disabled_runs_do_not_pause_speculation():
 
 
 async def test_sync_node_runs_off_the_loop_so_prefetch_overlaps_it():
-    seen: dict[str, int] = {}
+    seen: dict[str, int | bool] = {}
+    engine = FakeEngine()
+    prefetched = threading.Event()
 
     @node(name="a", entry=True, system="A" * 100, next=["b"])
     def a(ctx: Context) -> str:
-        time.sleep(0.1)  # a blocking tool call
-        seen["engine requests during a"] = len(ctx._run.engine.log)  # type: ignore[attr-defined]
+        # A blocking tool call that ends once the loop has finished b's prefetch: if the node
+        # ran on the loop, the prefetch could not run and the wait would time out.
+        seen["prefetch finished during a"] = prefetched.wait(DEFAULT_TIMEOUT_S)
+        seen["engine requests during a"] = len(engine.log)
         return "b"
 
     @node(name="b", system="B" * 3000, next=[END])
@@ -179,9 +195,16 @@ async def test_sync_node_runs_off_the_loop_so_prefetch_overlaps_it():
         seen["b cached"] = r.cached_tokens
         return END
 
+    async def watch() -> None:
+        await until(lambda: engine.log, what="b's prefetch to finish")
+        prefetched.set()
+
     wf = WorkflowGraph("s").add(a, b).compile()
     policy = PrefetchPolicy(warm_confirmed=False, timing="step_start")
-    await wf.run("x", engine=FakeEngine(), policy=policy)
+    watcher = asyncio.create_task(watch())
+    await wf.run("x", engine=engine, policy=policy)
+    await watcher
+    assert seen["prefetch finished during a"] is True
     assert seen["engine requests during a"] == 1
     assert seen["b cached"] >= 3000
 
@@ -219,12 +242,12 @@ async def test_auto_timing_speculates_after_the_llm_call_or_at_start_for_tool_no
     async def a(ctx: Context) -> str:
         reply = await ctx.llm("plan", max_tokens=4)
         ctx.state["a_reply"] = reply.text
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # tool time (simulated; no assertion depends on it)
         return "t"
 
     @node(name="t", system="T" * 300, next=["z"])
     async def t(ctx: Context) -> str:  # a pure tool step: no LLM call
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # tool time (simulated; no assertion depends on it)
         ctx.add("tool output")
         return "z"
 
@@ -248,7 +271,7 @@ async def test_tool_result_added_during_the_step_is_prefetched_too():
     async def a(ctx: Context) -> str:
         await ctx.llm("plan", max_tokens=4)
         ctx.add("tool result " * 100)  # arrives while the step still waits
-        await asyncio.sleep(0.1)
+        await step_prefetches_done(ctx)  # ... as long as the prefetch of it takes
         return "b"
 
     seen = {}

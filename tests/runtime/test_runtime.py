@@ -8,6 +8,7 @@ import agentwarm
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, WorkflowError
 from agentwarm.runtime.result import Outcome
+from tests.waiting import DEFAULT_TIMEOUT_S
 
 from .conftest import P_FROM_A, make_branching
 
@@ -48,7 +49,7 @@ async def test_predictor_learns_true_most_likely_successor(engine):
 
 
 async def test_prefetch_hit_is_confirmed_by_engine_cached_tokens(engine):
-    wf = make_branching()
+    wf = make_branching(until_prefetched=True)
     policy = PrefetchPolicy(max_prefills_per_s=10_000)  # back-to-back runs: no rate limit
     # Learn first, then inspect a run that goes a -> b.
     for seed in range(40):
@@ -66,7 +67,7 @@ async def test_prefetch_hit_is_confirmed_by_engine_cached_tokens(engine):
 
 
 async def test_refresh_after_llm_extends_the_prefetched_prefix(engine):
-    wf = make_branching(think_s=0.01)
+    wf = make_branching(until_prefetched=True)
     seed = next(s for s in range(1000) if _first_choice(s) == "b")
     policy = PrefetchPolicy(timing="step_start")
     result = await wf.run("a long enough input", engine=engine, state={"seed": seed}, policy=policy)
@@ -142,12 +143,16 @@ async def test_sync_nodes_fanout_and_join(engine):
         order.append("plan")
         return ["r1", "r2", "r3"]
 
-    def researcher(name: str, delay: float):
+    finished = {name: asyncio.Event() for name in ("r1", "r2", "r3")}
+
+    def researcher(name: str, after: str | None):
         @node(name=name, system=f"researcher {name}", next=["write"])
         async def fn(ctx: Context) -> str:
             await ctx.llm(f"research {name}", max_tokens=2)
-            await asyncio.sleep(delay)
+            if after is not None:  # finishes only after a sibling: they must run concurrently
+                await asyncio.wait_for(finished[after].wait(), DEFAULT_TIMEOUT_S)
             order.append(name)
+            finished[name].set()
             return "write"
 
         return fn
@@ -159,7 +164,7 @@ async def test_sync_nodes_fanout_and_join(engine):
 
     wf = (
         WorkflowGraph("team")
-        .add(plan, researcher("r1", 0.03), researcher("r2", 0.0), researcher("r3", 0.01), write)
+        .add(plan, researcher("r1", "r3"), researcher("r2", None), researcher("r3", "r2"), write)
         .compile()
     )
     result = await wf.run("topic", engine=engine)

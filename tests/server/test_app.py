@@ -15,6 +15,7 @@ from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.sglang import parse_metrics
 from agentwarm.errors import ConfigError, EngineUnavailable, InvalidRequest
 from agentwarm.server import ServerConfig, build_engine, create_app, is_loopback
+from tests.waiting import until
 
 BASE = "http://127.0.0.1"  # keyless servers answer only requests addressed to loopback
 
@@ -231,8 +232,7 @@ async def test_abort_request_aborts_an_in_flight_prefill() -> None:
     async with client_for(slow) as client:
         body = {"input_ids": list(range(3000)), "sampling_params": {"max_new_tokens": 0}}
         task = asyncio.create_task(client.post("/generate", json={**body, "rid": "q" * 32}))
-        while not slow.chunks:
-            await asyncio.sleep(0.005)
+        await until(lambda: slow.chunks, what="the prefill to start")
         dup = await client.post("/generate", json={**body, "rid": "q" * 32})
         assert dup.status_code == 400 and "duplicate rid" in dup.json()["error"]["message"]
         resp = await client.post("/abort_request", json={"rid": "q" * 32})
@@ -252,8 +252,7 @@ async def test_aborted_generation_answers_200_with_abort_finish_reason() -> None
     async with client_for(slow) as client:
         body = {"input_ids": list(range(3000)), "rid": "g" * 32, "stream": True}
         task = asyncio.create_task(client.post("/generate", json=body))
-        while not slow.chunks:
-            await asyncio.sleep(0.005)
+        await until(lambda: slow.chunks, what="the prefill to start")
         await client.post("/abort_request", json={"rid": "g" * 32})
         events = sse_events((await task).text)
         assert events[-1]["meta_info"]["finish_reason"]["type"] == "abort"

@@ -16,6 +16,7 @@ from agentwarm.engines.base import new_rid
 from agentwarm.engines.sglang import SGLangEngine
 from agentwarm.errors import EngineError
 from tests.conftest_server import ServeProcess, serve
+from tests.waiting import until
 
 LONG = list(range(1, 250)) * 80  # 19,920 tokens: ~4 s of fake prefill
 
@@ -27,11 +28,7 @@ def server() -> Iterator[ServeProcess]:
 
 
 async def wait_for(server: ServeProcess, name: str, value: float) -> None:
-    for _ in range(500):
-        if server.metrics()[name] == value:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{name} never reached {value}: {server.metrics()[name]}")
+    await until(lambda: server.metrics()[name] == value, what=f"{name} reaching {value}")
 
 
 async def test_cancelled_client_request_is_aborted_on_the_server(server: ServeProcess) -> None:
