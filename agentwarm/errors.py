@@ -105,7 +105,16 @@ class EngineTimeout(EngineError):
 
 
 class RequestAborted(EngineError):
-    """The request was aborted (by ``abort(rid)`` or by the server) before it finished."""
+    """The request was aborted (by ``abort(rid)`` or by the server) before it finished.
+
+    ``cached_tokens``/``computed_tokens``: prompt tokens the engine had taken from the cache and
+    computed before the abort (0 when the engine cannot tell, e.g. a remote server).
+    """
+
+    def __init__(self, message: str = "", *, cached_tokens: int = 0, computed_tokens: int = 0):
+        super().__init__(message)
+        self.cached_tokens = cached_tokens
+        self.computed_tokens = computed_tokens
 
 
 class InvalidRequest(EngineError):

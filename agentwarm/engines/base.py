@@ -121,7 +121,12 @@ class StreamChunk:
 
 @dataclass(frozen=True, slots=True)
 class EngineStats:
-    """Cache and traffic counters of an engine, cumulative since start (or last flush)."""
+    """Cache and traffic counters of an engine, cumulative since start (or last flush).
+
+    ``prompt_tokens`` counts the prompts of finished requests; an aborted request adds only the
+    prompt tokens processed before the abort (its ``hit_tokens`` + ``computed_tokens``), so that
+    ``hit_tokens / prompt_tokens`` stays the hit rate of the work done.
+    """
 
     cached_tokens: int
     capacity_tokens: int | None

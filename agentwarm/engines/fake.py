@@ -157,9 +157,11 @@ class FakeEngine(Engine):
     ) -> Completion:
         t0 = time.perf_counter()
         item = self._enqueue("generate", ids, priority, rid, namespace, session, max(1, max_tokens))
-        cached, _computed, aborted = await self._wait(item)
+        cached, computed, aborted = await self._wait(item)
         if aborted:
-            raise RequestAborted(f"request {item.rid} was aborted")
+            raise RequestAborted(
+                f"request {item.rid} was aborted", cached_tokens=cached, computed_tokens=computed
+            )
         n = max(1, max_tokens)
         await asyncio.sleep(self.seconds_per_output_token)
         ttft = time.perf_counter() - t0
@@ -324,7 +326,7 @@ class FakeEngine(Engine):
             self.cache.unlock(item.node)
             item.node = None
         cached = item.cached or 0
-        self._prompt_tokens += len(item.ids)
+        self._prompt_tokens += cached + item.computed if aborted else len(item.ids)
         self._computed_tokens += item.computed
         self._hit_tokens += cached
         self._aborted += aborted

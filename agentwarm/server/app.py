@@ -80,6 +80,7 @@ __all__ = ("ServerConfig", "create_app")
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+F = TypeVar("F", bound="asyncio.Future[Any]")
 
 _PUBLIC_PATHS = ("/health", "/metrics")
 _ABORT = {"type": "abort", "message": "Abort before completion"}
@@ -295,11 +296,15 @@ class _Server:
                 seed=job.sampling.sampling_seed,
             )
         except RequestAborted as exc:
-            self._record(job, len(job.ids), 0, 0, 0, True)
+            cached, computed = exc.cached_tokens, exc.computed_tokens
+            self._record(job, len(job.ids), cached, computed, 0, True)
             finish = {"type": "abort", "message": str(exc) or "aborted"}
             return _response(
-                job.rid, "", [], len(job.ids), 0, 0, finish, time.perf_counter() - start
+                job.rid, "", [], len(job.ids), cached, computed, finish, time.perf_counter() - start
             )
+        except asyncio.CancelledError:  # the handler went away before the engine answered
+            self._record(job, len(job.ids), 0, 0, 0, True)
+            raise
         except EngineError as exc:
             raise _engine_error(exc) from exc
         except Exception as exc:  # an engine bug must not look like a dropped connection
@@ -339,11 +344,13 @@ class _Server:
             session=job.session,
             seed=job.sampling.sampling_seed,
         )
+        recorded = False
         try:
             async for chunk in stream:
                 out_ids.extend(chunk.token_ids)
                 text += chunk.text
                 if chunk.completion is not None:
+                    recorded = True
                     self._record_completion(job, chunk.completion)
                     yield _completion_response(
                         job.rid, chunk.completion, time.perf_counter() - start
@@ -360,12 +367,19 @@ class _Server:
                     },
                 }
         except RequestAborted as exc:
-            self._record(job, len(job.ids), 0, 0, len(out_ids), True)
+            recorded = True
+            cached, computed = exc.cached_tokens, exc.computed_tokens
+            self._record(job, len(job.ids), cached, computed, len(out_ids), True)
             finish = {"type": "abort", "message": str(exc) or "aborted"}
-            yield _response(
-                job.rid, text, out_ids, len(job.ids), 0, 0, finish, time.perf_counter() - start
-            )
+            e2e = time.perf_counter() - start
+            yield _response(job.rid, text, out_ids, len(job.ids), cached, computed, finish, e2e)
             return
+        except (GeneratorExit, asyncio.CancelledError):
+            # Closed before the engine reported an outcome (the drain after an abort timed out,
+            # or shutdown): still an aborted request, with no processed prompt tokens known.
+            if not recorded:
+                self._record(job, len(job.ids), 0, 0, len(out_ids), True)
+            raise
         except EngineError as exc:
             raise _engine_error(exc) from exc
         except Exception as exc:  # an engine bug must not look like a dropped connection
@@ -725,9 +739,9 @@ async def _disconnected(receive: Receive) -> None:
 
 
 class _SSEResponse(Response):
-    """Streams ``events``; if the client goes away first, calls ``abort``, lets the stream
-    report the aborted request (for the metrics) for up to ``_DRAIN_AFTER_ABORT_S``, then
-    closes it.
+    """Streams ``events``; if the client goes away first, calls ``abort`` and drains the stream
+    until it reports the aborted request (for the metrics), for up to ``_DRAIN_AFTER_ABORT_S``,
+    then closes it.
 
     Starlette's ``StreamingResponse`` leaves a generator suspended at ``yield`` to the garbage
     collector when the client disconnects; a prefill must be aborted at once instead.
@@ -746,18 +760,14 @@ class _SSEResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        gone = asyncio.ensure_future(_disconnected(receive))
+        gone = _quiet(asyncio.ensure_future(_disconnected(receive)))
         events = self.events.__aiter__()
         try:
             while True:
-                step = asyncio.ensure_future(events.__anext__())
+                step = _quiet(asyncio.ensure_future(events.__anext__()))
                 await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
-                    await self.abort()
-                    await asyncio.wait({step}, timeout=_DRAIN_AFTER_ABORT_S)
-                    step.cancel()
-                    with contextlib.suppress(BaseException):
-                        await step
+                    await self._abort_and_drain(events, step)
                     return
                 try:
                     chunk = step.result()
@@ -766,7 +776,7 @@ class _SSEResponse(Response):
                 try:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 except OSError:
-                    await self.abort()
+                    await self._abort_and_drain(events, None)
                     return
             gone.cancel()
             with contextlib.suppress(OSError):
@@ -775,6 +785,35 @@ class _SSEResponse(Response):
             gone.cancel()
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await events.aclose()  # type: ignore[attr-defined]
+
+    async def _abort_and_drain(
+        self, events: AsyncIterator[bytes], step: asyncio.Future[bytes] | None
+    ) -> None:
+        """Abort the request, then read and drop the rest of ``events`` (tokens decoded before the
+        abort took effect, then the aborted outcome, which records the request) until they end or
+        ``_DRAIN_AFTER_ABORT_S`` passes; ``step`` is a read already in progress."""
+        await self.abort()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DRAIN_AFTER_ABORT_S
+        while True:
+            if step is None:
+                step = _quiet(asyncio.ensure_future(events.__anext__()))
+            done, _ = await asyncio.wait({step}, timeout=max(0.0, deadline - loop.time()))
+            if not done:
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    await step
+                return
+            if step.cancelled() or step.exception() is not None:  # StopAsyncIteration: the end
+                return
+            step = None
+
+
+def _quiet(fut: F) -> F:
+    """``fut``, whose exception is marked as retrieved when nobody awaits it (no "Future
+    exception was never retrieved" in the log for an abandoned read)."""
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return fut
 
 
 class _APIKeyMiddleware:

@@ -2,11 +2,18 @@
 
 Traffic counters are counted by the server as requests finish (every finished request, aborted
 ones included, as SGLang's ``TokenizerMetricsCollector`` does); cache gauges come from the
-engine's :class:`~agentwarm.engines.base.EngineStats` at scrape time. Names:
+engine's :class:`~agentwarm.engines.base.EngineStats` at scrape time.
+
+Aborted requests (``POST /abort_request``, or a client that disconnects, streaming or not) count
+in ``num_aborted_requests_total`` and ``num_requests_total``, and add to the token counters only
+the prompt tokens processed before the abort (cached + computed): a request aborted while
+queued adds none, as in SGLang, where only requests that reached the scheduler report prompt
+tokens. So ``cached_tokens_total / prompt_tokens_total`` (and ``cache_hit_rate``) stay the hit
+rate of the work done however many requests are aborted. Names:
 
 =====================================  ====================================================
 ``sglang:num_requests_total``          finished requests (prefill-only and generate)
-``sglang:prompt_tokens_total``         their prompt tokens
+``sglang:prompt_tokens_total``         their prompt tokens (of aborted ones: those processed)
 ``sglang:cached_tokens_total``         prompt tokens served from the prefix cache
 ``sglang:generation_tokens_total``     decoded tokens
 ``sglang:num_aborted_requests_total``  requests that ended aborted
@@ -59,7 +66,9 @@ class ServerMetrics:
     ) -> None:
         c = self.counters
         c["sglang:num_requests_total"] += 1
-        c["sglang:prompt_tokens_total"] += prompt_tokens
+        c["sglang:prompt_tokens_total"] += (
+            cached_tokens + computed_tokens if aborted else prompt_tokens
+        )
         c["sglang:cached_tokens_total"] += cached_tokens
         c["sglang:generation_tokens_total"] += generation_tokens
         c["sglang:num_aborted_requests_total"] += aborted

@@ -232,6 +232,7 @@ class LocalEngine(Engine):
         finally:
             if not fut.done():
                 self.scheduler.abort(req.rid)
+                fut.add_done_callback(_retrieve)  # nobody reads its RequestAborted now
             self._active.discard(req.rid)
 
     async def next_token_logits(

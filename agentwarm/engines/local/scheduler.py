@@ -442,9 +442,12 @@ class Scheduler:
             finally:
                 self.cache.unlock(req.node)
         aborted = isinstance(outcome, RequestAborted)
+        if isinstance(outcome, RequestAborted):
+            outcome.cached_tokens = req.cached_tokens
+            outcome.computed_tokens = req.computed_tokens
         self.requests += 1
         self.aborted += int(aborted)
-        self.prompt_tokens += len(req.ids)
+        self.prompt_tokens += req.cached_tokens + req.computed_tokens if aborted else len(req.ids)
         self.hit_tokens += req.cached_tokens
         self.computed_tokens += req.computed_tokens
         result: PrefillResult | Completion | BaseException
