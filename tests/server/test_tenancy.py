@@ -97,7 +97,7 @@ def test_distinct_tenants_never_share_cached_tokens(
     assert asyncio.run(scenario()) == (len(ids) if same_tenant(first, second) else 0)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(first=PAIR, second=PAIR)
 @example(first=("a|b", None), second=("a", "b"))
 def test_namespace_key_is_injective_on_tenants(
