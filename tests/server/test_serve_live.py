@@ -18,12 +18,13 @@ from agentwarm.errors import EngineError
 from tests.conftest_server import ServeProcess, serve
 from tests.waiting import until
 
-LONG = list(range(1, 250)) * 80  # 19,920 tokens: ~4 s of fake prefill
+# 7,968 tokens (within the fake engine's 8,192-token context): ~4 s of prefill at 5e-4 s/token.
+LONG = list(range(1, 250)) * 32
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServeProcess]:
-    with serve("--max-request-bytes", "200000") as proc:
+    with serve("--max-request-bytes", "200000", "--fake-seconds-per-token", "5e-4") as proc:
         yield proc
 
 
