@@ -19,6 +19,7 @@ from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
+from agentwarm.redact import redact_credentials
 
 __all__ = ("bench", "register")
 
@@ -172,7 +173,7 @@ def _bench(
 
     label = engine if engine == "fake" else f"{engine}:{model_name}"
     if is_url:
-        label = f"{engine} (tokenizer {model or 'from the server'})"
+        label = f"{redact_credentials(engine)} (tokenizer {model or 'from the server'})"
     err = Console(stderr=True)
     report = _run(config, factory, label, err)
     report.config["profile"] = prof.name
