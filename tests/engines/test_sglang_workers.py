@@ -73,7 +73,7 @@ async def test_aborts_reach_the_worker_that_runs_the_request(
         run = sessions_on(engine, urls[target], 1)[0]
         before = [w.metrics()["sglang:num_aborted_requests_total"] for w in workers]
         rid = new_rid()
-        task = asyncio.create_task(engine.prefill(prompt(20_000), rid=rid, session=run))
+        task = asyncio.create_task(engine.prefill(prompt(8_000), rid=rid, session=run))
         worker = workers[target]
         await until(
             lambda t=task, w=worker: t.done() or w.metrics()["sglang:num_running_reqs"] >= 1,
@@ -97,7 +97,7 @@ async def test_killing_a_worker_mid_run_moves_its_runs_and_drops_its_speculation
         await engine.prefill(prefix, session=stay, namespace=stay)
 
         # On the victim: a live request running and a speculative prefill queued behind it.
-        live = asyncio.create_task(engine.generate(prompt(10_000), max_tokens=3, session=moving))
+        live = asyncio.create_task(engine.generate(prompt(8_000), max_tokens=3, session=moving))
         await until(lambda: victim.metrics()["sglang:num_running_reqs"] >= 1, what="live running")
         speculative = asyncio.create_task(engine.prefill(prompt(5_000), session=moving_too))
         await until(lambda: victim.metrics()["sglang:num_running_reqs"] >= 2, what="both running")
@@ -105,7 +105,7 @@ async def test_killing_a_worker_mid_run_moves_its_runs_and_drops_its_speculation
         victim.kill()
 
         out = await asyncio.wait_for(live, 30)  # retried once, on the survivor
-        assert out.prompt_tokens == 10_000 and len(out.token_ids) == 3
+        assert out.prompt_tokens == 8_000 and len(out.token_ids) == 3
         with pytest.raises(EngineUnavailable, match=victim.url):
             await asyncio.wait_for(speculative, 30)  # dropped: the runtime counts it
         assert survivor.metrics()["sglang:num_requests_total"] == served_before + 1
