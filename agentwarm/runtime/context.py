@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +48,7 @@ class Context:
     step: int
     _run: Run = field(repr=False)
     _scope: StepScope = field(repr=False)
+    _loop: asyncio.AbstractEventLoop = field(repr=False, default_factory=asyncio.get_running_loop)
 
     async def llm(
         self,
@@ -135,7 +139,16 @@ class Context:
         result that arrives while the step waits (a user's reply, a slow tool) is cached too.
         """
         self.transcript.add(content, role=role, node=self.node)
-        self._run.prefetcher.refresh(self._scope, after_llm=False)
+        refresh = functools.partial(self._run.prefetcher.refresh, self._scope, after_llm=False)
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:  # a sync node's thread: no running loop there
+            on_loop = False
+        if on_loop:
+            refresh()
+        else:  # the prefetcher belongs to the loop; hand it the work instead of racing it
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
+                self._loop.call_soon_threadsafe(refresh)
 
     @property
     def span(self) -> trace.Span:
