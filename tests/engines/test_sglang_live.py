@@ -30,9 +30,11 @@ REAL_URL = os.environ.get("AGENTWARM_SGLANG_URL")
 REAL = REAL_URL is not None
 # Token ids valid for any vocabulary: the byte tokenizer of agentwarm serve, or a real LLM's.
 LOW, HIGH = (100, 10_000) if REAL else (1, 250)
-# Prompt lengths that take seconds to prefill: ~4 s on the fake engine, ~6 s on the tiny torch
-# model (whose context is 8,192), and on a GPU the whole context.
-LONG = {"fake": 20_000, "local": 6_000}
+# Prompt lengths that take seconds to prefill: ~4 s on the fake engine (served with a slower
+# prefill cost, FAKE_SERVE), ~6 s on the tiny torch model (both have an 8,192-token context), and
+# on a GPU the whole context.
+LONG = {"fake": 8_000, "local": 6_000}
+FAKE_SERVE = ("--fake-seconds-per-token", "5e-4")
 QUEUED = {"fake": 3_000, "local": 1_000}
 
 
@@ -48,7 +50,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         yield Target(REAL_URL.rstrip("/"), "sglang")
         return
     kind = request.param
-    with serve("--engine", kind) as server:
+    with serve("--engine", kind, *(FAKE_SERVE if kind == "fake" else ())) as server:
         yield Target(server.url, kind)
 
 
