@@ -277,9 +277,7 @@ class SGLangEngine(Engine):
                 return _load_tokenizer(str(path))
             except Exception as exc:  # any loader failure means "not usable here"
                 tried.append(f"{key}={path!r} ({type(exc).__name__})")
-        remote = RemoteTokenizer(
-            self._base_url, api_key=self._api_key, trust_env=self._trust_env
-        )
+        remote = RemoteTokenizer(self._base_url, api_key=self._api_key, trust_env=self._trust_env)
         try:
             remote.encode("a")
         except EngineError as exc:
