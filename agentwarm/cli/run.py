@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from agentwarm import _jsonfile
 from agentwarm import telemetry as tm
 from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
@@ -32,7 +34,7 @@ def _default_state_dir() -> Path:
 
 def _read_inputs(path: Path) -> list[str]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_bytes().splitlines()
     except OSError as exc:
         raise ConfigError(f"--inputs {path}: cannot read it ({exc.strerror})") from exc
     out: list[str] = []
@@ -40,10 +42,10 @@ def _read_inputs(path: Path) -> list[str]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
+            value = _jsonfile.loads(line)
+        except _jsonfile.JSONTextError as exc:
             raise ConfigError(
-                f"--inputs {path}:{no}: not JSON ({exc.msg}); each line must be a JSON string "
+                f"--inputs {path}:{no}: {exc}; each line must be a JSON string "
                 'or an object with an "input" field'
             ) from exc
         if isinstance(value, dict) and isinstance(value.get("input"), str):
@@ -85,15 +87,17 @@ async def _run_all(
     policy: PrefetchPolicy,
     state_dir: Path,
     progress: Progress | None,
-) -> tuple[list[tuple[int, RunResult]], list[Failure]]:
-    """Run every input. A failing run (a node raising, a step timing out, the engine refusing a
-    prompt) is recorded and the batch goes on; an engine that is gone stops it."""
+    done: list[tuple[int, RunResult]],
+    failed: list[Failure],
+) -> None:
+    """Run every input, appending to ``done`` and ``failed`` as each run ends (so an
+    interrupted batch still has the runs that ended). A failing run (a node raising, a step
+    timing out, the engine refusing a prompt) is recorded and the batch goes on; an engine that
+    is gone stops it."""
     try:
         engine = await open_engine(engine_spec, model)
     except EngineError as exc:  # the engine named by --engine cannot be used: the user's fix
         raise ConfigError(str(exc)) from exc
-    done: list[tuple[int, RunResult]] = []
-    failed: list[Failure] = []
     async with engine:
         task = progress.add_task("runs", total=len(inputs)) if progress else None
         for i, text in enumerate(inputs, 1):
@@ -107,7 +111,6 @@ async def _run_all(
                 done.append((i, result))
             if progress is not None and task is not None:
                 progress.advance(task)
-    return done, failed
 
 
 def run(
@@ -215,28 +218,22 @@ def _run(
     telemetry = tm.configure(trace_file=trace, otlp_endpoint=otlp) if (trace or otlp) else None
     err = Console(stderr=True)
     show = not as_json and err.is_terminal and os.environ.get("AGENTWARM_NO_PROGRESS") is None
+    done: list[tuple[int, RunResult]] = []
+    failed: list[Failure] = []
+    stopped = False  # Ctrl-C: the runs that ended are still reported, then exit 130
     try:
-        if show:
-            with Progress(
+        with (
+            Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 console=err,
                 transient=True,
-            ) as progress:
-                done, failed = asyncio.run(
-                    _run_all(
-                        workflow,
-                        texts,
-                        engine_spec=engine,
-                        model=model,
-                        policy=policy,
-                        state_dir=sdir,
-                        progress=progress,
-                    )
-                )
-        else:
-            done, failed = asyncio.run(
+            )
+            if show
+            else contextlib.nullcontext()
+        ) as progress:
+            asyncio.run(
                 _run_all(
                     workflow,
                     texts,
@@ -244,9 +241,13 @@ def _run(
                     model=model,
                     policy=policy,
                     state_dir=sdir,
-                    progress=None,
+                    progress=progress,
+                    done=done,
+                    failed=failed,
                 )
             )
+    except KeyboardInterrupt:
+        stopped = True
     finally:
         if telemetry is not None:
             telemetry.shutdown()
@@ -256,11 +257,16 @@ def _run(
         summary["paths"] = [r.path for r in results]
         summary["per_run_branch_hit_rate"] = [r.summary()["branch_hit_rate"] for r in results]
         summary["failed_runs"] = [f.to_dict() for f in failed]
+        if stopped:
+            summary["interrupted"] = True
         typer.echo(json.dumps(summary))
-    else:
+    elif done or failed or not stopped:
         render(Console(), done, failed, summary, prefetch=not no_prefetch)
     if failed:
         report_failures(failed, len(texts), debug=debug)
+    if stopped:
+        raise KeyboardInterrupt
+    if failed:
         raise typer.Exit(1)
 
 

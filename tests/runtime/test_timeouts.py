@@ -42,13 +42,13 @@ async def test_node_timeout_fails_the_run_and_cancels_the_steps_prefetches():
         await asyncio.Event().wait()  # never set: the step can only time out
         return "b"
 
-    # Each successor's prefix takes ~3 s to prefill: both are in flight at the timeout.
-    engine = FakeEngine(seconds_per_token=1e-3)
+    # Each successor's prefix takes ~60 s to prefill: both are in flight at the timeout.
+    engine = FakeEngine(seconds_per_token=2e-2, chunk_size=16)
     wf = WorkflowGraph("slow").add(a, _leaf("b", "B" * 3000), _leaf("c", "C" * 3000)).compile()
     t0 = time.monotonic()
     with pytest.raises(StepTimeout) as info:
         await wf.run("x", engine=engine, policy=EAGER)
-    assert time.monotonic() - t0 < 2.5  # not the ~6 s the prefetches would take
+    assert time.monotonic() - t0 < 15  # generous, and far from the ~120 s of the prefetches
     assert str(info.value) == (
         "Node 'a' ran past the step time limit of 0.3 s (its @node(timeout_s=...)); the run "
         "was stopped and the step's prefetches cancelled"
@@ -186,14 +186,14 @@ def test_first_sigint_cancels_a_blocked_sync_node_and_exits_130(tmp_path):
             time.sleep(0.01)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=10)
+        _, stderr = proc.communicate(timeout=30)
         elapsed = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, stderr
-    assert elapsed < 1.0
+    assert elapsed < 15  # generous: the node would block for ever
     assert stderr.splitlines()[-1] == (
         "interrupted: the run was cancelled; the thread of sync node(s) 'stuck' is abandoned "
         "(still running until the process exits)"
