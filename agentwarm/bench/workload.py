@@ -22,7 +22,6 @@ episode id and the step index, so every mode replays exactly the same episodes.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentwarm import _jsonfile
 from agentwarm.bench import prompts
 from agentwarm.data import load_trajectories
 from agentwarm.errors import ConfigError
@@ -69,7 +69,7 @@ class Episode:
 def _line_of(path: Path, index: int) -> int:
     """1-based line number of the ``index``-th non-blank line of ``path``."""
     seen = -1
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
         if line.strip():
             seen += 1
             if seen == index:
@@ -393,11 +393,11 @@ def _match_schemas(
 def read_tools_file(path: Path) -> list[dict[str, Any]]:
     """Tool schemas from a JSON file holding a list of OpenAI-style schemas."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _jsonfile.loads(path.read_bytes())
     except OSError as exc:
         raise ConfigError(f"--tools {path}: cannot read it ({exc.strerror})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--tools {path}: not valid JSON ({exc})") from exc
+    except _jsonfile.JSONTextError as exc:
+        raise ConfigError(f"--tools {path}: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
         raise ConfigError(f"--tools {path}: expected a JSON list of tool schema objects")
     return data

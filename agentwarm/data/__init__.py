@@ -7,11 +7,11 @@ list of strings (and a ``"task_id"``); other keys are ignored.
 
 from __future__ import annotations
 
-import json
 import os
 from importlib import resources
 from pathlib import Path
 
+from agentwarm import _jsonfile
 from agentwarm.errors import ConfigError
 
 __all__ = ("TAU2_RETAIL_STEPS", "load_trajectories")
@@ -34,23 +34,23 @@ def load_trajectories(path: str | os.PathLike[str] | None = None) -> list[list[s
         source = resources.files(__name__).joinpath(TAU2_RETAIL_STEPS)
         name = f"{__name__}/{TAU2_RETAIL_STEPS}"
         try:
-            text = source.read_text(encoding="utf-8")
+            raw = source.read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read packaged data {name}: {exc}") from exc
     else:
         name = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
             raise ConfigError(f"cannot read trajectories file {name}: {exc}") from exc
     trajectories: list[list[str]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{name}:{lineno}: not valid JSON ({exc.msg})") from exc
+            record = _jsonfile.loads(line)
+        except _jsonfile.JSONTextError as exc:
+            raise ConfigError(f"{name}:{lineno}: {exc}") from exc
         steps = record.get("steps") if isinstance(record, dict) else None
         if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
             raise ConfigError(f'{name}:{lineno}: expected an object with a "steps" list of strings')

@@ -41,7 +41,7 @@ def test_loads_a_given_file_skipping_blank_lines(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "where"),
     [
-        ('{"steps": ["a"]}\n{oops\n', ":2: not valid JSON"),
+        ('{"steps": ["a"]}\n{oops\n', ":2: not JSON"),
         ('{"steps": "abc"}\n', ":1: expected"),
         ('{"steps": ["a", 3]}\n', ":1: expected"),
         ('{"task_id": "1"}\n', ":1: expected"),
