@@ -1,9 +1,10 @@
 """``FakeEngine``: a deterministic engine with a real radix cache and a cost model, no torch.
 
 It schedules like the embedded engine (one worker, chunked prefill, LIVE before SPECULATIVE,
-aborts honoured between chunks, computed chunks kept) but computes nothing: a prefill chunk of
-``n`` uncached tokens takes ``n * seconds_per_token`` and each output token
-``seconds_per_output_token``. Use it to test workflows and policies fast and exactly.
+aborts honoured between prefill chunks and between output tokens, computed chunks kept) but
+computes nothing: a prefill chunk of ``n`` uncached tokens takes ``n * seconds_per_token`` and
+each output token ``seconds_per_output_token`` (decodes run side by side, off the prefill worker).
+Use it to test workflows and policies fast and exactly.
 
 Text is byte-encoded (one token per UTF-8 byte). Outputs are pseudo-random lowercase words that
 depend only on the prompt ids (and ``seed`` when ``temperature > 0``), so a run is reproducible
@@ -13,12 +14,14 @@ and outputs are identical with or without prefetching.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from agentwarm.engines.base import (
     DEFAULT_MAX_CONTEXT,
@@ -28,16 +31,38 @@ from agentwarm.engines.base import (
     PrefillResult,
     PrefillStatus,
     Priority,
+    StreamChunk,
     check_context,
     new_rid,
 )
 from agentwarm.engines.radix import RadixCache, RadixNode
 from agentwarm.errors import EngineUnavailable, InvalidRequest, RequestAborted
 
-__all__ = ("FakeEngine", "RequestLog")
+__all__ = ("DEFAULT_LOG_LIMIT", "FakeEngine", "RequestLog")
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz     "
 _MAX_PIN_RIDS = 4096
+
+DEFAULT_LOG_LIMIT = 10_000
+"""How many finished requests (``FakeEngine.log``) and aborts (``FakeEngine.aborts``) a
+FakeEngine keeps by default: plenty for a test, bounded for a long-running ``agentwarm serve
+--engine fake`` (each entry holds the request's rid, namespace and session, up to ~1 KB)."""
+
+T = TypeVar("T")
+
+
+class _History(list[T]):
+    """A list that keeps only the last ``limit`` items given to ``append`` (the oldest go
+    first); a plain list otherwise, so tests index, slice and compare it as one."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def append(self, item: T) -> None:
+        super().append(item)
+        if len(self) > self.limit:
+            del self[0]
 
 
 @dataclass(slots=True)
@@ -69,6 +94,7 @@ class _Item:
     cached: int | None = None
     computed: int = 0
     aborted: bool = False
+    decoding: bool = False  # a generate past its prefill, decoding outside the queue
     node: RadixNode[None] | None = field(default=None, repr=False)
 
 
@@ -76,7 +102,8 @@ class FakeEngine(Engine):
     """Deterministic engine for tests and simulations (see module docstring).
 
     ``max_cached_tokens`` bounds the radix cache; speculative prefills pin their prefix for
-    ``pin_ttl_s``. ``log`` records every finished request and ``aborts`` every abort received.
+    ``pin_ttl_s``. ``log`` records the last ``log_limit`` finished requests and ``aborts`` the
+    last ``log_limit`` aborts received (see :data:`DEFAULT_LOG_LIMIT`); ``stats()`` counts all.
     ``max_context`` is the model context in tokens (bytes), as the built-in presets' by default:
     a longer prompt, or a prompt plus ``max_tokens`` past it, raises ``ContextLengthExceeded``.
     """
@@ -94,9 +121,12 @@ class FakeEngine(Engine):
         pin_ttl_s: float = 30.0,
         max_context: int = DEFAULT_MAX_CONTEXT,
         model_name: str = "fake",
+        log_limit: int = DEFAULT_LOG_LIMIT,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
+        if log_limit < 0:
+            raise ValueError("log_limit must be >= 0")
         if max_context < 1:
             raise ValueError("max_context must be >= 1")
         self.seconds_per_token = seconds_per_token
@@ -106,8 +136,8 @@ class FakeEngine(Engine):
         self.max_context = max_context
         self.model_name = model_name
         self.cache: RadixCache[None] = RadixCache(max_cached_tokens)
-        self.log: list[RequestLog] = []
-        self.aborts: list[str] = []
+        self.log: list[RequestLog] = _History(log_limit)
+        self.aborts: list[str] = _History(log_limit)
         self.chunks = 0
         self._queue: list[_Item] = []
         self._by_rid: dict[str, _Item] = {}
@@ -120,6 +150,7 @@ class FakeEngine(Engine):
         self._prompt_tokens = 0
         self._computed_tokens = 0
         self._aborted = 0
+        self._requests = 0
 
     # --- protocol ---------------------------------------------------------------------------
 
@@ -157,27 +188,91 @@ class FakeEngine(Engine):
     ) -> Completion:
         t0 = time.perf_counter()
         item = self._enqueue("generate", ids, priority, rid, namespace, session, max(1, max_tokens))
-        cached, computed, aborted = await self._wait(item)
-        if aborted:
-            raise RequestAborted(
-                f"request {item.rid} was aborted", cached_tokens=cached, computed_tokens=computed
-            )
-        n = max(1, max_tokens)
-        await asyncio.sleep(self.seconds_per_output_token)
-        ttft = time.perf_counter() - t0
-        if n > 1:
-            await asyncio.sleep(self.seconds_per_output_token * (n - 1))
-        out = self._output(item.ids, n, temperature, seed)
-        return Completion(
+        async with contextlib.aclosing(self._stream(item, max_tokens, temperature, seed, t0)) as it:
+            async for chunk in it:
+                if chunk.completion is not None:
+                    return chunk.completion
+        raise AssertionError("the stream ended without a completion")
+
+    async def generate_stream(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        priority: int = Priority.LIVE,
+        rid: str | None = None,
+        namespace: str = "",
+        session: str | None = None,
+        seed: int | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Yield the output tokens as they are decoded, then a chunk carrying the Completion.
+
+        Raises :class:`~agentwarm.errors.RequestAborted` if the request is aborted (the tokens
+        yielded before stay yielded); closing the iterator early aborts the request."""
+        t0 = time.perf_counter()
+        item = self._enqueue("generate", ids, priority, rid, namespace, session, max(1, max_tokens))
+        async with contextlib.aclosing(self._stream(item, max_tokens, temperature, seed, t0)) as it:
+            async for chunk in it:
+                yield chunk
+
+    async def _stream(
+        self, item: _Item, max_tokens: int, temperature: float, seed: int | None, t0: float
+    ) -> AsyncGenerator[StreamChunk, None]:
+        out: list[int] = []
+        ttft = 0.0
+        async for tokens in self._decode(item, max(1, max_tokens), temperature, seed):
+            ttft = ttft or time.perf_counter() - t0
+            out.extend(tokens)
+            yield StreamChunk(tokens, self.decode(tokens))
+        completion = Completion(
             text=self.decode(out),
             token_ids=tuple(out),
             prompt_tokens=len(item.ids),
-            cached_tokens=cached,
+            cached_tokens=item.cached or 0,
             ttft_s=ttft,
             finish_reason="length",
             rid=item.rid,
             e2e_s=time.perf_counter() - t0,
         )
+        yield StreamChunk((), "", completion)
+
+    async def _decode(
+        self, item: _Item, n: int, temperature: float, seed: int | None
+    ) -> AsyncIterator[tuple[int, ...]]:
+        """Await ``item``'s prefill, then yield its ``n`` output tokens as they come due, one per
+        ``seconds_per_output_token`` (several at once when the loop wakes up later than that).
+
+        An abort (``abort(rid)``, the caller's cancellation, closing the iterator) takes effect at
+        the next token boundary: RequestAborted, counted as an aborted request whose whole prompt
+        was processed."""
+        aborted = True
+        try:
+            cached, computed, prefill_aborted = await self._wait(item)
+            if prefill_aborted:
+                raise RequestAborted(
+                    f"request {item.rid} was aborted",
+                    cached_tokens=cached,
+                    computed_tokens=computed,
+                )
+            out = self._output(item.ids, n, temperature, seed)
+            loop = asyncio.get_running_loop()
+            start, step, sent = loop.time(), self.seconds_per_output_token, 0
+            while sent < n:
+                await asyncio.sleep(max(0.0, start + (sent + 1) * step - loop.time()))
+                if item.aborted:
+                    raise RequestAborted(
+                        f"request {item.rid} was aborted after {sent} of {n} output tokens",
+                        cached_tokens=cached,
+                        computed_tokens=len(item.ids) - cached,
+                    )
+                due = n if step <= 0 else min(n, int((loop.time() - start) / step))
+                due = max(due, sent + 1)
+                yield tuple(out[sent:due])
+                sent = due
+            aborted = False
+        finally:
+            self._end_decode(item, aborted=aborted)
 
     async def abort(self, rid: str) -> None:
         """Abort a queued or running request; for a finished speculative prefill, drop its pin
@@ -209,7 +304,7 @@ class FakeEngine(Engine):
             hit_tokens=self._hit_tokens,
             prompt_tokens=self._prompt_tokens,
             computed_tokens=self._computed_tokens,
-            requests=len(self.log),
+            requests=self._requests,
             aborted=self._aborted,
         )
 
@@ -315,8 +410,13 @@ class FakeEngine(Engine):
         item.node = node
 
     def _finish(self, item: _Item, *, aborted: bool) -> None:
+        """Leave the queue: unlock (pin a speculative prefill), then resolve the future. A
+        generate that was not aborted goes on decoding (``item.decoding``) and is counted when
+        that ends (:meth:`_end_decode`); anything else is counted now."""
         self._queue.remove(item)
-        self._by_rid.pop(item.rid, None)
+        item.decoding = item.kind == "generate" and not aborted
+        if not item.decoding and self._by_rid.get(item.rid) is item:
+            del self._by_rid[item.rid]
         if item.node is not None:
             if item.kind == "prefill" and not aborted and item.priority < Priority.LIVE:
                 self.cache.pin(item.node, self.pin_ttl_s)
@@ -325,11 +425,31 @@ class FakeEngine(Engine):
                     self._pinned.pop(next(iter(self._pinned)))
             self.cache.unlock(item.node)
             item.node = None
+        if not item.decoding:
+            self._account(item, aborted=aborted)
+        if not item.future.done():
+            item.future.set_result((item.cached or 0, item.computed, aborted))
+
+    def _end_decode(self, item: _Item, *, aborted: bool) -> None:
+        """Count a generate whose decode ended (done or aborted); a no-op for one that never
+        reached decode (:meth:`_finish` counted it)."""
+        if not item.decoding:
+            return
+        item.decoding = False
+        if self._by_rid.get(item.rid) is item:
+            del self._by_rid[item.rid]
+        self._account(item, aborted=aborted, prefilled=True)
+
+    def _account(self, item: _Item, *, aborted: bool, prefilled: bool = False) -> None:
+        """Add a finished request to the counters and the log; an aborted one adds only the
+        prompt tokens processed before the abort (all of them once it was ``prefilled``)."""
         cached = item.cached or 0
-        self._prompt_tokens += cached + item.computed if aborted else len(item.ids)
+        processed = len(item.ids) if prefilled or not aborted else cached + item.computed
+        self._prompt_tokens += processed
         self._computed_tokens += item.computed
         self._hit_tokens += cached
         self._aborted += aborted
+        self._requests += 1
         self.log.append(
             RequestLog(
                 rid=item.rid,
@@ -343,8 +463,6 @@ class FakeEngine(Engine):
                 status="aborted" if aborted else "done",
             )
         )
-        if not item.future.done():
-            item.future.set_result((cached, item.computed, aborted))
 
     def _output(
         self, ids: tuple[int, ...], n: int, temperature: float, seed: int | None

@@ -17,29 +17,43 @@ exactly one NUL splits back into its pair. ``cache_salt="a|b"`` and
 
 from __future__ import annotations
 
-__all__ = ("MAX_PART_BYTES", "check_part", "namespace_key")
+__all__ = ("MAX_FIELD_BYTES", "MAX_PART_BYTES", "check_field", "check_part", "namespace_key")
 
-MAX_PART_BYTES = 256
-"""Longest ``cache_salt`` / ``extra_key`` accepted, in UTF-8 bytes: a tenant id or its hash, not
-a payload (the namespace is kept for as long as the cache holds a prefix of it)."""
+MAX_FIELD_BYTES = 256
+"""Longest identifier a server keeps from a request (``rid``, ``session_id``, ``routing_key``,
+``cache_salt``, ``extra_key``), in UTF-8 bytes: an id or its hash, not a payload (engines keep
+them in logs, queues and cache bookkeeping, outside the cache's token budget)."""
+
+MAX_PART_BYTES = MAX_FIELD_BYTES
+"""Longest ``cache_salt`` / ``extra_key`` accepted (the namespace is kept for as long as the
+cache holds a prefix of it)."""
 
 _SEPARATOR = "\0"
 
 
-def check_part(field: str, value: str) -> str:
-    """``value`` if it is a valid ``field`` (``cache_salt`` or ``extra_key``), else ValueError
-    naming the field, the problem and the limit."""
+def check_field(field: str, value: str) -> str:
+    """``value`` if it is valid UTF-8 of at most :data:`MAX_FIELD_BYTES` bytes, else ValueError
+    naming ``field``, its size and the limit: the one length rule for identifiers a server
+    keeps."""
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise ValueError(
             f"{field} is not valid UTF-8 text (lone surrogate at index {exc.start})"
         ) from None
-    if size > MAX_PART_BYTES:
+    if size > MAX_FIELD_BYTES:
         raise ValueError(
-            f"{field} is {size} bytes; the limit is {MAX_PART_BYTES} bytes of UTF-8 "
-            "(send a tenant id or a hash of it)"
+            f"{field} is {size} bytes; the limit is {MAX_FIELD_BYTES} bytes of UTF-8 "
+            "(send an id or a hash of it)"
         )
+    return value
+
+
+def check_part(field: str, value: str) -> str:
+    """``value`` if it is a valid ``field`` (``cache_salt`` or ``extra_key``): within
+    :func:`check_field`'s limit and without NUL, else ValueError naming the field and the
+    problem."""
+    check_field(field, value)
     if _SEPARATOR in value:
         raise ValueError(f"{field} must not contain NUL (\\u0000)")
     return value

@@ -9,8 +9,8 @@ Endpoints (SGLang 0.5.x names; the ``/get_*`` spellings are the pre-0.5.5 aliase
   generation (priority LIVE unless given). ``stream: true`` answers SSE ``data: {json}`` events,
   each with the whole output so far (SGLang's default), then ``data: [DONE]``.
 * ``POST /abort_request`` — ``{"rid"}`` of a request in flight or ``{"abort_all": true}``; 200
-  also for an unknown or finished rid (as SGLang). A client that disconnects also aborts its
-  request.
+  also for an empty, unknown or finished rid (as SGLang). A client that disconnects also aborts
+  its request.
 * ``POST /flush_cache`` (POST only: it changes state), ``GET /health``, ``GET /health_generate``,
   ``GET /model_info``, ``GET /server_info`` (sglang-router probes these three at start-up),
   ``GET /v1/models``, ``GET /get_load``, ``GET /metrics`` (see :mod:`agentwarm.server.metrics`),
@@ -56,7 +56,7 @@ from agentwarm.engines.base import (
     Priority,
     new_rid,
 )
-from agentwarm.engines.namespace import namespace_key
+from agentwarm.engines.namespace import check_field, namespace_key
 from agentwarm.errors import (
     EngineError,
     EngineTimeout,
@@ -243,7 +243,13 @@ class _Server:
                 f"limit of {limit}",
             )
         namespace = namespace_key(req.cache_salt, req.extra_key)
-        session = request.headers.get(_ROUTING_HEADER) or req.routing_key or req.session_id
+        header = request.headers.get(_ROUTING_HEADER)
+        if header:
+            try:
+                check_field("X-SMG-Routing-Key header", header)
+            except ValueError as exc:
+                raise _HTTPError(400, str(exc)) from None
+        session = header or req.routing_key or req.session_id
         return _Job(
             rid=req.rid or new_rid(),
             ids=ids,
@@ -451,9 +457,7 @@ class _Server:
             for rid in list(self.inflight):
                 await self._abort_quietly(rid)
             return Response(status_code=200)
-        if not req.rid:
-            return _error(_HTTPError(400, "missing rid: give the rid of a request, or abort_all"))
-        if req.rid not in self.inflight:  # unknown or finished: nothing to do (SGLang: 200)
+        if req.rid not in self.inflight:  # empty, unknown or finished: nothing to do (SGLang: 200)
             return Response(status_code=200)
         try:
             await self._abort_engine(req.rid)

@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from agentwarm.engines.namespace import check_part
+from agentwarm.engines.namespace import check_field, check_part
 
 __all__ = (
     "MIN_TEMPERATURE",
@@ -89,9 +89,11 @@ class GenerateRequest(BaseModel):
     """``POST /generate``. Give exactly one of ``input_ids`` and ``text``; one prompt per request.
 
     The namespace (cache isolation) is ``cache_salt`` and/or ``extra_key`` (equal values count
-    once; see :mod:`agentwarm.engines.namespace`), each at most 256 bytes of UTF-8. The session
-    (routing key, ignored by a single engine) is the ``X-SMG-Routing-Key`` header, else
-    ``routing_key``, else ``session_id``.
+    once; see :mod:`agentwarm.engines.namespace`). The session (routing key, ignored by a single
+    engine) is the ``X-SMG-Routing-Key`` header, else ``routing_key``, else ``session_id``.
+    These identifiers and ``rid`` are each at most ``MAX_FIELD_BYTES`` (256) bytes of UTF-8
+    (:func:`~agentwarm.engines.namespace.check_field`): engines keep them outside the cache's
+    token budget.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -113,6 +115,15 @@ class GenerateRequest(BaseModel):
     def _namespace_part(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else check_part(str(info.field_name), value)
 
+    @field_validator("rid", "routing_key", "session_id")
+    @classmethod
+    def _identifier(
+        cls, value: str | list[str] | None, info: ValidationInfo
+    ) -> str | list[str] | None:
+        for item in [value] if isinstance(value, str) else value or []:
+            check_field(str(info.field_name), item)
+        return value
+
 
 class AbortRequest(BaseModel):
     """``POST /abort_request``: ``rid`` of a queued or running request, or ``abort_all``."""
@@ -121,6 +132,11 @@ class AbortRequest(BaseModel):
 
     rid: Text = ""
     abort_all: StrictBool = False
+
+    @field_validator("rid")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        return check_field("rid", value)
 
 
 class TokenizeRequest(BaseModel):
