@@ -16,7 +16,9 @@ estimated TTFT saved) are :class:`agentwarm.summary.Summary`, defined once in
   that report ``agentwarm.step.ttft_s``, split by hit / not hit.
 
 Readers are tolerant: lines that are not JSON, not span records, or agentwarm spans missing
-required attributes are reported as :class:`Problem` (file and 1-based line number) and skipped.
+required attributes or holding a value that makes no sense (a count or index that is not an
+integer in 0..:data:`MAX_COUNT`, a TTFT that is not a finite number >= 0, a probability outside
+0..1) are reported as :class:`Problem` (file and 1-based line number) and skipped.
 Spans of other instrumentations are counted and ignored. A span seen twice (same trace and span
 id, e.g. one file given twice) counts once. Both the agentwarm line format (flat
 ``attributes``) and OTLP/JSON export lines (``resourceSpans``) are understood.
@@ -24,7 +26,7 @@ id, e.g. one file given twice) counts once. Both the agentwarm line format (flat
 
 from __future__ import annotations
 
-import json
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentwarm import _jsonfile
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
 from agentwarm.summary import (
@@ -46,6 +49,7 @@ from agentwarm.summary import (
 )
 
 __all__ = (
+    "MAX_COUNT",
     "EdgeStats",
     "PrefillLike",
     "PrefillSpan",
@@ -114,18 +118,33 @@ class TraceData:
     duplicates: int = 0
 
 
+#: Largest token count, step index or rank a trace may hold (2**53: exact as a JSON/IEEE double,
+#: and far beyond any real prompt).
+MAX_COUNT = 2**53
+
+#: Slack above 1 allowed in a probability (a predictor's mixture may sum to 1 + rounding).
+_PROBABILITY_SLACK = 1e-9
+
+
 class _BadSpan(ValueError):
     pass
+
+
+def _shown(v: Any) -> str:
+    """``repr(v)``, shortened so that a hostile value cannot flood the warning."""
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
 def _otlp_value(v: Any) -> Any:
     if not isinstance(v, dict) or len(v) != 1:
         return v
     kind, val = next(iter(v.items()))
-    if kind == "intValue":
-        return int(val)
-    if kind == "doubleValue":
-        return float(val)
+    if kind in ("intValue", "doubleValue"):
+        try:
+            return int(val) if kind == "intValue" else float(val)
+        except (TypeError, ValueError, OverflowError):
+            return val  # left as it is for the attribute's own check to report
     if kind == "arrayValue":
         return [_otlp_value(x) for x in val.get("values", [])]
     return val
@@ -165,27 +184,47 @@ def _str(attrs: dict[str, Any], key: str, span: str) -> str:
 
 
 def _int(attrs: dict[str, Any], key: str, default: int | None = 0) -> int | None:
+    """A count or index: an integer (or integral number, or decimal string) in 0..MAX_COUNT."""
     v = attrs.get(key, default)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise _BadSpan(f"'{key}' is not an integer: {v!r}")
-    try:
-        return int(v)
-    except ValueError as exc:
-        raise _BadSpan(f"'{key}' is not an integer: {v!r}") from exc
+    n: int | None = None
+    if isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    elif isinstance(v, float) and v.is_integer():  # False for inf and nan
+        n = int(v)
+    elif isinstance(v, str):
+        try:
+            n = int(v)
+        except ValueError:  # not digits, or more digits than Python converts
+            n = None
+    if n is None:
+        raise _BadSpan(f"'{key}' is not an integer: {_shown(v)}")
+    if n < 0:
+        raise _BadSpan(f"'{key}' is negative: {_shown(v)}")
+    if n > MAX_COUNT:
+        raise _BadSpan(f"'{key}' is larger than {MAX_COUNT}: {_shown(v)}")
+    return n
 
 
-def _float(attrs: dict[str, Any], key: str) -> float | None:
+def _float(attrs: dict[str, Any], key: str, *, most: float = math.inf) -> float | None:
+    """A finite number in 0..``most`` (a number or a decimal string)."""
     v = attrs.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise _BadSpan(f"'{key}' is not a number: {v!r}")
+        raise _BadSpan(f"'{key}' is not a number: {_shown(v)}")
     try:
-        return float(v)
-    except ValueError as exc:
-        raise _BadSpan(f"'{key}' is not a number: {v!r}") from exc
+        x = float(v)
+    except (ValueError, OverflowError) as exc:
+        raise _BadSpan(f"'{key}' is not a number: {_shown(v)}") from exc
+    if not math.isfinite(x):
+        raise _BadSpan(f"'{key}' is not a finite number: {_shown(v)}")
+    if x < 0:
+        raise _BadSpan(f"'{key}' is negative: {_shown(v)}")
+    if x > most:
+        raise _BadSpan(f"'{key}' is larger than {most:g}: {_shown(v)}")
+    return x
 
 
 def _bool(attrs: dict[str, Any], key: str) -> bool:
@@ -220,16 +259,16 @@ def _prefill(attrs: dict[str, Any]) -> PrefillSpan:
         outcome=outcome if isinstance(outcome, str) else None,
         tokens=_int(attrs, tm.AW_PREFILL_TOKENS) or 0,
         computed_tokens=_int(attrs, tm.AW_PREFILL_COMPUTED_TOKENS) or 0,
-        probability=_float(attrs, tm.AW_PREFILL_PROBABILITY),
+        probability=_float(attrs, tm.AW_PREFILL_PROBABILITY, most=1 + _PROBABILITY_SLACK),
         rank=_int(attrs, tm.AW_PREFILL_RANK, None),
     )
 
 
-def _read_line(text: str, data: TraceData, seen: set[tuple[str, str]]) -> None:
+def _read_line(raw: bytes, data: TraceData, seen: set[tuple[str, str]]) -> None:
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _BadSpan(f"not JSON ({exc.msg} at column {exc.colno})") from exc
+        obj = _jsonfile.loads(raw)
+    except _jsonfile.JSONTextError as exc:
+        raise _BadSpan(str(exc)) from exc
     parsed: list[StepSpan | PrefillSpan | None] = []
     keys: list[tuple[str, str] | None] = []
     for rec in _records(obj):
@@ -276,15 +315,10 @@ def read_traces(paths: Sequence[str | Path]) -> TraceData:
         try:
             with path.open("rb") as fh:
                 for lineno, raw in enumerate(fh, start=1):
-                    try:
-                        text = raw.decode("utf-8").strip()
-                    except UnicodeDecodeError:
-                        data.problems.append(Problem(str(path), lineno, "not UTF-8 text"))
-                        continue
-                    if not text:
+                    if not raw.strip():
                         continue
                     try:
-                        _read_line(text, data, seen)
+                        _read_line(raw, data, seen)
                     except (_BadSpan, AttributeError, TypeError) as exc:
                         msg = str(exc) if isinstance(exc, _BadSpan) else "malformed span record"
                         data.problems.append(Problem(str(path), lineno, msg))

@@ -246,7 +246,7 @@ def test_bad_and_foreign_lines_are_reported_with_line_numbers(tmp_path: Path) ->
         (7, "prefill span without a string 'agentwarm.prefill.target'"),
         (9, "'agentwarm.step.index' is not an integer: 'seven'"),
         (10, "attributes is neither an object nor an OTLP key/value list"),
-        (11, "not UTF-8 text"),
+        (11, "not UTF-8 text (byte 0xff at offset 0)"),
     ]
     assert str(data.problems[0]) == f"{path}:2: not JSON (Expecting value at column 1)"
     assert (len(data.steps), len(data.prefills), data.other_spans) == (1, 0, 1)

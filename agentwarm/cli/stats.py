@@ -132,7 +132,7 @@ def stats(
         out = st.to_dict()
         out["files"] = [str(p) for p in traces]
         out["skipped_lines"] = len(data.problems)
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(json.dumps(out, indent=2, allow_nan=False))  # never Infinity or NaN
         return
     console = Console(highlight=False)
     head = f"{plural(st.runs, 'run')} · {plural(st.steps, 'step')} · {plural(len(traces), 'file')}"
