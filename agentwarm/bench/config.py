@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentwarm._fmt import plural
 from agentwarm.bench.modes import MODES
 from agentwarm.bench.workload import LAYOUTS, PromptSizes, ThinkTime
 from agentwarm.errors import ConfigError
@@ -92,8 +93,15 @@ class Profile(BaseModel):
     model: str
     config: BenchConfig
     description: str
-    #: Printed with the report (and ``noise_note`` in ``--json``) when its figures mean little.
+    #: Printed with the report (and ``noise_note`` in ``--json``) when its figures mean little;
+    #: ``{episodes}`` stands for the episodes replayed ("1 short episode"), see :meth:`note`.
     noise_note: str | None = None
+
+    def note(self, episodes: int) -> str | None:
+        """The noise note of a report over ``episodes`` test episodes (``None``: none)."""
+        if self.noise_note is None:
+            return None
+        return self.noise_note.format(episodes=plural(episodes, "short episode"))
 
 
 PROFILES: dict[str, Profile] = {
@@ -102,7 +110,7 @@ PROFILES: dict[str, Profile] = {
         model="tiny",
         description="tiny preset, 6 short episodes, short think times: a smoke test (CI)",
         noise_note=(
-            "quick profile: a smoke test (tiny model, 6 short episodes); its ratios are noise "
+            "quick profile: a smoke test (tiny model, {episodes}); its ratios are noise "
             "and vary from run to run (agentwarm can even 'beat' the oracle) - "
             "use --profile full for figures"
         ),

@@ -400,6 +400,13 @@ def read_tools_file(path: Path) -> list[dict[str, Any]]:
         raise ConfigError(f"--tools {path}: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
         raise ConfigError(f"--tools {path}: expected a JSON list of tool schema objects")
+    for i, tool in enumerate(data):
+        fn = tool.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ConfigError(
+                f"--tools {path}: entry [{i}] has no function name; each entry must be "
+                '{"type": "function", "function": {"name": "STEP", ...}}, named like a step'
+            )
     return data
 
 

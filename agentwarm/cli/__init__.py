@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from agentwarm.cli._errors import plain_warnings
 from agentwarm.errors import AgentwarmError
 
 __all__ = ("app", "main")
@@ -36,7 +37,8 @@ for _module in ("run", "stats", "graph", "serve", "bench"):
 def main() -> None:
     """Console-script entry point."""
     try:
-        app()
+        with plain_warnings():
+            app()
     except AgentwarmError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -35,7 +35,7 @@ class Failure:
         if isinstance(exc, EngineError):
             text = f"{type(exc).__name__}: {text}"
         if exc.node is not None and f"'{exc.node}'" not in text:
-            text = f"node '{exc.node}': {text}"
+            text = f"Node '{exc.node}': {text}"
         return text
 
     def to_dict(self) -> dict[str, Any]:

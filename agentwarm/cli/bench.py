@@ -125,7 +125,7 @@ def bench(
     Modes: cold (no prefix reuse), reactive (radix cache only), agentwarm (speculative
     prefetching, learned predictor), oracle (prefetching exactly the true next step).
     """
-    with cli_errors():
+    with cli_errors(json_failure=as_json):
         _bench(
             profile_name,
             engine=engine,
@@ -177,7 +177,7 @@ def _bench(
     err = Console(stderr=True)
     report = _run(config, factory, label, err)
     report.config["profile"] = prof.name
-    report.noise_note = prof.noise_note
+    report.noise_note = prof.note(int(report.workload["test_episodes"]))
     if plot is not None:
         report.plot(plot)
     if as_json:

@@ -114,6 +114,12 @@ def graph(
 ) -> None:
     """Draw the workflow graph: learned transition probabilities and observed branch hit rates."""
     with cli_errors():
+        if fmt is None and output is not None and output.suffix.lower() not in _SUFFIXES:
+            what = f"unknown extension {output.suffix!r}" if output.suffix else "no extension"
+            raise ConfigError(
+                f"-o {output}: {what}; use {', '.join(_SUFFIXES)} "
+                "(or give --format text|dot|svg|png)"
+            )
         workflow = load_workflow(target)
         kind = fmt or (_SUFFIXES.get(output.suffix.lower()) if output else None) or Format.TEXT
         if kind is Format.PNG and output is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated
@@ -18,7 +19,13 @@ from agentwarm import telemetry as tm
 from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
 from agentwarm.cli._run_report import Failure, interrupted, render, report_failures
-from agentwarm.errors import ConfigError, EngineError, EngineUnavailable, WorkflowError
+from agentwarm.errors import (
+    ConfigError,
+    EngineError,
+    EngineUnavailable,
+    GraphValidationError,
+    WorkflowError,
+)
 from agentwarm.graphs import Workflow, load_workflow
 from agentwarm.graphs._node import check_timeout
 from agentwarm.runtime import PrefetchPolicy, RunResult, summarize
@@ -57,6 +64,19 @@ def _read_inputs(path: Path) -> list[str]:
     if not out:
         raise ConfigError(f"--inputs {path}: holds no inputs")
     return out
+
+
+def _step_timeout(value: float) -> float | None:
+    """``--step-timeout S``: a positive number of seconds, or ``inf`` for no limit."""
+    if value == math.inf:
+        return None
+    try:
+        return check_timeout("--step-timeout", value)
+    except GraphValidationError:
+        raise ConfigError(
+            f"--step-timeout={value!r} must be a positive number of seconds "
+            "(inf for no limit, even where the workflow sets one)"
+        ) from None
 
 
 def _inputs(workflow: Workflow, text: str | None, path: Path | None, runs: int | None) -> list[str]:
@@ -150,7 +170,7 @@ def run(
             "--step-timeout",
             metavar="S",
             help="Fail a run whose step takes longer than S seconds (a node's own "
-            "@node(timeout_s=...) wins).",
+            "@node(timeout_s=...) wins); inf: no limit, not even the workflow's own.",
         ),
     ] = None,
     state_dir: Annotated[
@@ -208,7 +228,7 @@ def _run(
 ) -> None:
     workflow = load_workflow(target)
     if step_timeout is not None:
-        workflow.step_timeout_s = check_timeout("--step-timeout", step_timeout)
+        workflow.step_timeout_s = _step_timeout(step_timeout)
     texts = _inputs(workflow, input, inputs, runs)
     if no_prefetch:
         policy = PrefetchPolicy.disabled()

@@ -9,6 +9,7 @@ from types import ModuleType
 
 from agentwarm.errors import ConfigError, GraphValidationError
 from agentwarm.graphs._builder import WorkflowGraph
+from agentwarm.graphs._node import NodeSpec
 from agentwarm.graphs._workflow import Workflow
 
 __all__ = ("load_workflow",)
@@ -44,6 +45,11 @@ def _collected_name(module: ModuleType, path: Path) -> str:
 
 
 def _collect(module: ModuleType, path: Path) -> WorkflowGraph:
+    if not any(isinstance(v, NodeSpec) for v in vars(module).values()):
+        raise ConfigError(
+            f"{path}: defines no @node functions and no workflow; decorate the workflow's "
+            "steps with @node (from agentwarm import node)"
+        )
     try:
         return WorkflowGraph.from_module(module, name=_collected_name(module, path))
     except GraphValidationError as exc:

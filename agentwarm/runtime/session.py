@@ -126,4 +126,6 @@ class WorkflowSession:
         try:
             self.store.save(self.workflow.name, self.predictor, nodes=self._node_set())
         except PredictorStateError as exc:
-            warnings.warn(f"learned state not saved: {exc}", RuntimeWarning, stacklevel=2)
+            from agentwarm.predictors import PredictorStateWarning
+
+            warnings.warn(f"learned state not saved: {exc}", PredictorStateWarning, stacklevel=2)

@@ -11,7 +11,7 @@ from agentwarm.bench.config import PROFILES
 from agentwarm.cli import app
 
 runner = CliRunner()
-NOTE = PROFILES["quick"].noise_note
+NOTE = PROFILES["quick"].note(3)  # the 3 episodes of _args
 assert NOTE is not None
 
 

@@ -250,8 +250,8 @@ def test_engine_that_dies_mid_run_exits_1_and_reports_the_completed_runs(tmp_pat
     assert out["runs"] == 1 and out["paths"] == [["a", "b", "d"]]
     [failed] = out["failed_runs"]
     assert (failed["run"], failed["input"]) == (2, "kill")
-    assert failed["error"].startswith("node 'd': EngineUnavailable: "), failed["error"]
+    assert failed["error"].startswith("Node 'd': EngineUnavailable: "), failed["error"]
     assert "Traceback" not in stderr
     lines = [x for x in stderr.splitlines() if x.startswith("error: ")]
-    assert lines[0].startswith("error: run 2 (input 'kill') failed: node 'd': EngineUnavailable:")
+    assert lines[0].startswith("error: run 2 (input 'kill') failed: Node 'd': EngineUnavailable:")
     assert lines[-1] == ("error: the engine is unavailable: stopped after run 2; 1 run not started")
