@@ -99,6 +99,7 @@ __all__ = (
     "GEN_AI_USAGE_OUTPUT_TOKENS",
     "KIND_CONFIRMED",
     "KIND_SPECULATIVE",
+    "METRIC_PREFETCH_DROPPED",
     "METRIC_PREFETCH_HITS",
     "METRIC_PREFETCH_ISSUED",
     "METRIC_PREFETCH_WASTED_TOKENS",
@@ -107,6 +108,7 @@ __all__ = (
     "OP_INVOKE_WORKFLOW",
     "OP_TEXT_COMPLETION",
     "OUTCOME_CANCELLED",
+    "OUTCOME_DROPPED",
     "OUTCOME_FAILED",
     "OUTCOME_HIT",
     "OUTCOME_WASTED",
@@ -215,7 +217,10 @@ OUTCOME_CANCELLED = "cancelled"
 """The prefill was aborted before it finished (its target lost, or the run ended)."""
 OUTCOME_FAILED = "failed"
 """The engine failed the prefill."""
-PREFILL_OUTCOMES = (OUTCOME_HIT, OUTCOME_WASTED, OUTCOME_CANCELLED, OUTCOME_FAILED)
+OUTCOME_DROPPED = "dropped"
+"""Admission refused the prefill (over the engine's speculative rate or budget) or preempted it
+for a likelier one: it never reached the engine, or was aborted there."""
+PREFILL_OUTCOMES = (OUTCOME_HIT, OUTCOME_WASTED, OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_DROPPED)
 
 KIND_SPECULATIVE = "speculative"
 """A guess issued while the previous step runs: counts as a prefetch."""
@@ -232,6 +237,7 @@ STEP_NONE = "none"
 # --- metric names -----------------------------------------------------------------------------
 METRIC_PREFETCH_ISSUED = "agentwarm.prefetch.issued"
 METRIC_PREFETCH_HITS = "agentwarm.prefetch.hits"
+METRIC_PREFETCH_DROPPED = "agentwarm.prefetch.dropped"
 METRIC_PREFETCH_WASTED_TOKENS = "agentwarm.prefetch.wasted_tokens"
 METRIC_STEP_TTFT = "agentwarm.step.ttft"
 
@@ -440,6 +446,11 @@ class Instruments:
             unit="{token}",
             description="Tokens computed by speculative prefills that were never used",
         )
+        self.prefetch_dropped = meter.create_counter(
+            METRIC_PREFETCH_DROPPED,
+            unit="{prefetch}",
+            description="Speculative prefills dropped by admission (engine rate or budget)",
+        )
         self.step_ttft = meter.create_histogram(
             METRIC_STEP_TTFT,
             unit="s",
@@ -452,6 +463,9 @@ class Instruments:
 
     def record_hit(self, workflow: str) -> None:
         self.prefetch_hits.add(1, {AW_WORKFLOW: workflow})
+
+    def record_dropped(self, workflow: str) -> None:
+        self.prefetch_dropped.add(1, {AW_WORKFLOW: workflow})
 
     def record_wasted(self, workflow: str, tokens: int) -> None:
         if tokens > 0:

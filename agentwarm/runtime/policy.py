@@ -32,6 +32,12 @@ class PrefetchPolicy(BaseModel):
     once the EWMA is ``hysteresis`` above its bound again. Predictions keep being scored while
     paused, so recovery is observed without speculating.
 
+    Speculative prefills are admitted per engine, shared by every run on it
+    (:mod:`agentwarm.runtime.admission`): at most ``max_prefills_per_s`` (0 admits none) and
+    ``max_speculative_in_flight`` at a time, within ``capacity_fraction`` of the engine's cache.
+    Admission never waits: over the rate or budget, the prefetch of the lowest probability is
+    dropped (outcome ``dropped``), so a live step never waits for speculation.
+
     ``timing`` picks the moment (see :mod:`agentwarm.runtime.timing`): ``auto`` (default)
     speculates right after a step's first LLM call for nodes that call the LLM and at step start
     for nodes that do not; ``step_start`` and ``after_llm`` force one moment.
@@ -45,7 +51,8 @@ class PrefetchPolicy(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_prefetch_tokens: int = Field(default=65_536, ge=1)
     capacity_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
-    max_prefills_per_s: float = Field(default=64.0, gt=0.0)
+    max_prefills_per_s: float = Field(default=64.0, ge=0.0)
+    max_speculative_in_flight: int = Field(default=64, ge=1)
     prefill_timeout_s: float = Field(default=30.0, gt=0.0)
     timing: TimingMode = "auto"
     warm_confirmed: bool = True

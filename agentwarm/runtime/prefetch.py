@@ -3,8 +3,8 @@
 Lifecycle per step::
 
     begin_step   predict successors → choose candidates (top-N, min_p, token budget)
-                 → submit speculative prefills (rate-limited, low priority), or hold them
-                 until the step's first LLM call returns (``timing``)
+                 → submit speculative prefills (admitted per engine, low priority), or hold
+                 them until the step's first LLM call returns (``timing``)
     refresh      after each LLM call of the step: submit held candidates, or re-send the
                  candidates' now longer prefixes
                  (the step's own output is in the transcript) and add a successor the output
@@ -18,6 +18,11 @@ before it reaches the engine, one already sent is aborted) and settled in the ba
 wrong guess adds nothing to the critical path. Records and spans are final once the run's
 ``aclose()`` returns.
 
+Nothing a live step awaits depends on speculation's rate or queues: admission
+(:mod:`agentwarm.runtime.admission`, one per engine) answers at once, and a prefetch it refuses
+is dropped (outcome ``dropped``), never queued; a hit whose request was not sent yet is cancelled
+at resolve, and the live request (or the confirmed warm-up) takes over its prefix at once.
+
 Nothing here may break a workflow: every speculative failure is logged and counted as outcome
 ``failed``; only the live request path raises.
 """
@@ -26,18 +31,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections.abc import Collection, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from asyncio_throttle import Throttler
 from opentelemetry import trace
 
 from agentwarm import telemetry as tm
 from agentwarm.engines.base import Engine, PrefillResult, PrefillStatus, Priority, new_rid
 from agentwarm.graphs._node import END, NodeSpec
+from agentwarm.runtime.admission import Admission, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
 from agentwarm.runtime.prompt import PromptRenderer
@@ -75,11 +81,19 @@ class _Request:
     dropped: bool = False
     stopping: bool = False
     failed: bool = False
+    preempted: bool = False
+    ticket: Ticket | None = None
     result: PrefillResult | None = None
 
     @property
     def running(self) -> bool:
         return self.task is not None and not self.task.done()
+
+    @property
+    def waiting(self) -> bool:
+        """Not sent yet, waiting for the speculative slot it took over to be freed."""
+        after = self.ticket.after if self.ticket is not None else None
+        return self.running and not self.sent and after is not None and not after.done()
 
     @property
     def stopped(self) -> bool:
@@ -139,7 +153,7 @@ class Prefetcher:
         guardrail: Guardrail,
         timing: StepTiming,
         policy: PrefetchPolicy,
-        throttler: Throttler,
+        admission: Admission,
         run_id: str,
         namespace: str,
         capacity_tokens: int | None,
@@ -151,7 +165,7 @@ class Prefetcher:
         self.guardrail = guardrail
         self.timing = timing
         self.policy = policy
-        self.throttler = throttler
+        self.admission = admission
         self.run_id = run_id
         self.namespace = namespace
         self.budget = policy.max_prefetch_tokens
@@ -229,9 +243,11 @@ class Prefetcher:
                     p = dict(scope.predictions).get(target, 0.0)
                     self._start(scope, target, p, -1, ids)
                 elif pf.latest is None or len(ids) > pf.latest.ids_len:
-                    if pf.latest is not None and pf.latest.running:
-                        self._stop(pf.latest)
-                    self._send(scope, pf, ids)
+                    old = pf.latest if pf.latest is not None and pf.latest.running else None
+                    # The longer prefix supersedes the running request (and takes its slot);
+                    # refused, the running one goes on.
+                    if self._send(scope, pf, ids, replace=old) and old is not None:
+                        self._stop(old)
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
 
@@ -305,14 +321,17 @@ class Prefetcher:
         self, scope: StepScope, target: str, p: float, rank: int, ids: list[int]
     ) -> _Prefetch:
         pf = self._new_prefetch(scope, target, SPECULATIVE, p, rank, ids)
-        self._instruments.record_issued(self.workflow.name)
-        self._send(scope, pf, ids)
         scope.prefetches[target] = pf
+        if self._send(scope, pf, ids):
+            self._instruments.record_issued(self.workflow.name)
         return pf
 
-    def _send(self, scope: StepScope, pf: _Prefetch, ids: list[int]) -> None:
-        """Submit ``ids`` speculatively for ``pf``, or share another candidate's live request
-        for the very same tokens (nothing is sent twice)."""
+    def _send(
+        self, scope: StepScope, pf: _Prefetch, ids: list[int], replace: _Request | None = None
+    ) -> bool:
+        """Submit ``ids`` speculatively for ``pf`` (superseding ``replace``), or share another
+        candidate's live request for the very same tokens (nothing is sent twice). False when
+        admission refused it: nothing was sent."""
         key = hash(tuple(ids))
         for other in scope.prefetches.values():
             req = other.latest
@@ -325,8 +344,8 @@ class Prefetcher:
             ):
                 pf.requests.append(req)
                 pf.record.tokens = max(pf.record.tokens, len(ids))
-                return
-        self._submit(pf, ids, Priority.SPECULATIVE, key=key)
+                return True
+        return self._submit(pf, ids, Priority.SPECULATIVE, key=key, replace=replace) is not None
 
     def _submit(
         self,
@@ -335,11 +354,27 @@ class Prefetcher:
         priority: int,
         after: asyncio.Task[Any] | None = None,
         key: int = 0,
-    ) -> _Request:
+        replace: _Request | None = None,
+    ) -> _Request | None:
+        """Start a request for ``ids``; a speculative one only if admission admits it now
+        (``None`` otherwise: it is dropped, never queued)."""
         req = _Request(rid=new_rid(), ids_len=len(ids), key=key, credit=pf)
+        if priority < Priority.LIVE:  # speculation is admitted per engine, confirmed warm-ups not
+            ticket = self.admission.try_acquire(
+                value=pf.record.probability,
+                tokens=len(ids),
+                stop=lambda: self._preempt(req),
+                replace=replace.ticket if replace is not None else None,
+            )
+            if ticket is None:
+                return None
+            req.ticket = ticket
         req.task = asyncio.get_running_loop().create_task(
             self._prefill(pf, req, ids, priority, after)
         )
+        if req.ticket is not None:
+            held = req.ticket
+            req.task.add_done_callback(lambda _: self.admission.release(held))
         pf.requests.append(req)
         pf.record.tokens = max(pf.record.tokens, len(ids))
         pf.record.requests += 1
@@ -356,8 +391,9 @@ class Prefetcher:
         try:
             if after is not None:
                 await asyncio.wait([after])
-            if priority < Priority.LIVE:  # speculation is rate-limited, confirmed warm-ups not
-                await self.throttler.acquire()
+            if req.ticket is not None and req.ticket.after is not None:
+                # This request took over the slot of one being stopped: send once it has ended.
+                await asyncio.wait([req.ticket.after])
             if req.dropped:
                 return None
             req.sent = True
@@ -401,6 +437,11 @@ class Prefetcher:
         else:
             self._spawn(self._quiet_abort(req.rid))
 
+    def _preempt(self, req: _Request) -> None:
+        """Admission gave ``req``'s slot to a likelier prefetch (of any run on the engine)."""
+        req.preempted = True
+        self._stop(req)
+
     async def _quiet_abort(self, rid: str) -> None:
         try:
             await self.engine.abort(rid)
@@ -423,13 +464,23 @@ class Prefetcher:
         self._open.discard(scope)
         if self.policy.enabled:
             self.timing.observe(scope.spec.name, scope.llm_calls > 0)
-        hits: set[str] = {t for t, pf in scope.prefetches.items() if t in actual and not pf.failed}
+        # A prefetch that admission dropped is no hit (nothing of it reached the engine).
+        hits: set[str] = {
+            t for t, pf in scope.prefetches.items() if t in actual and not pf.failed and pf.requests
+        }
         kept: set[int] = set()
         for target in hits:
             pf = scope.prefetches[target]
             for req in pf.requests:
                 req.credit = pf  # a request shared with a loser serves the winner
+                if req.waiting:
+                    # Still waiting for a speculative slot: the live request (or confirmed
+                    # warm-up) takes over its prefix at once instead of waiting behind it.
+                    self._stop(req)
+                    continue
                 kept.add(id(req))
+                if req.ticket is not None:
+                    req.ticket.value = math.inf  # a live request reuses it: never preempted
         for target, pf in scope.prefetches.items():
             if target in hits:
                 pf.record.outcome = Outcome.HIT
@@ -475,6 +526,9 @@ class Prefetcher:
         else:
             if pf.failed:
                 pf.record.outcome = Outcome.FAILED
+            elif not pf.requests or (pf.latest is not None and pf.latest.preempted):
+                pf.record.outcome = Outcome.DROPPED
+                self._instruments.record_dropped(self.workflow.name)
             elif any(r.stopped for r in pf.requests):
                 pf.record.outcome = Outcome.CANCELLED
             else:
@@ -547,6 +601,12 @@ class Prefetcher:
         """Stop what is still running, settle every record and span (bounded wait)."""
         for scope in list(self._open):
             self.abandon(scope)
+        # The run is over: nothing will reuse a request still running (a hit the live request
+        # did not wait for). Stop it, so the run's end never waits for speculative queues.
+        for pf in self._all:
+            for req in pf.requests:
+                if req.running:
+                    self._stop(req)
         for pf in self._confirmed.values():
             for req in pf.requests:
                 self._stop(req)

@@ -13,20 +13,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentwarm import telemetry as tm
 from agentwarm.summary import summarize_steps
 
 __all__ = ("Outcome", "PrefetchRecord", "RunResult", "StepRecord", "summarize")
 
 
 class Outcome:
-    HIT = "hit"
-    WASTED = "wasted"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
+    """A prefetch's outcome (the names are defined once, in :mod:`agentwarm.telemetry`)."""
+
+    HIT = tm.OUTCOME_HIT
+    WASTED = tm.OUTCOME_WASTED
+    CANCELLED = tm.OUTCOME_CANCELLED
+    FAILED = tm.OUTCOME_FAILED
+    DROPPED = tm.OUTCOME_DROPPED
 
 
-SPECULATIVE = "speculative"
-CONFIRMED = "confirmed"
+SPECULATIVE = tm.KIND_SPECULATIVE
+CONFIRMED = tm.KIND_CONFIRMED
 
 
 @dataclass(slots=True)

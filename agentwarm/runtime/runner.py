@@ -18,6 +18,7 @@ from agentwarm import telemetry as tm
 from agentwarm.engines.base import Engine, new_rid
 from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, StepTimeout, WorkflowError
 from agentwarm.graphs._node import END, START, NodeSpec
+from agentwarm.runtime.admission import admission_for
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
 from agentwarm.runtime.prompt import PromptRenderer
@@ -25,8 +26,6 @@ from agentwarm.runtime.result import RunResult, StepRecord
 from agentwarm.runtime.transcript import Transcript
 
 if TYPE_CHECKING:
-    from asyncio_throttle import Throttler
-
     from agentwarm.graphs._workflow import Workflow
     from agentwarm.predictors import Predictor
     from agentwarm.runtime.guardrail import Guardrail
@@ -145,7 +144,6 @@ class Run:
         guardrail: Guardrail,
         timing: StepTiming,
         policy: PrefetchPolicy,
-        throttler: Throttler,
         input: str,
         state: dict[str, Any] | None,
         namespace: str,
@@ -169,17 +167,19 @@ class Run:
         self._predictor = predictor
         self._guardrail = guardrail
         self._timing = timing
-        self._throttler = throttler
         self.prefetcher: Prefetcher
 
     async def execute(self) -> RunResult:
         t0 = time.perf_counter()
-        capacity = None
+        # One admission (rate and budget of speculation) per engine, shared by all its runs.
+        admission = admission_for(self.engine)
         if self.policy.enabled:
-            try:
-                capacity = (await self.engine.stats()).capacity_tokens
-            except Exception as exc:
-                log.warning("engine stats unavailable (%s); prefetch budget uncapped", exc)
+            if not admission.sized:
+                try:
+                    admission.size((await self.engine.stats()).capacity_tokens)
+                except Exception as exc:
+                    log.warning("engine stats unavailable (%s); prefetch budget uncapped", exc)
+            admission.configure(self.policy)
         self.prefetcher = Prefetcher(
             workflow=self.workflow,
             engine=self.engine,
@@ -188,10 +188,10 @@ class Run:
             guardrail=self._guardrail,
             timing=self._timing,
             policy=self.policy,
-            throttler=self._throttler,
+            admission=admission,
             run_id=self.run_id,
             namespace=self.namespace,
-            capacity_tokens=capacity,
+            capacity_tokens=admission.capacity_tokens,
         )
         with self.tracer.start_as_current_span(
             tm.workflow_span_name(self.workflow.name),

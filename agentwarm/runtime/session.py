@@ -1,15 +1,15 @@
-"""Learning state shared by the runs of one workflow: predictor, guardrail, rate limiter."""
+"""Learning state shared by the runs of one workflow: predictor, guardrail, step timing.
+
+Speculation's rate and budget are per engine, not per workflow (:mod:`agentwarm.runtime.admission`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from asyncio_throttle import Throttler
 
 from agentwarm.errors import PredictorStateError
 from agentwarm.runtime.guardrail import Guardrail
@@ -73,20 +73,9 @@ class WorkflowSession:
                 self.predictor = default_predictor()
         else:
             self.predictor = default_predictor()
-        self._throttler: Throttler | None = None
-        self._throttle_rate = 0.0
 
     def _node_set(self) -> list[str]:
         return sorted(self.workflow.graph.nodes)
-
-    def _throttle(self, policy: PrefetchPolicy) -> Throttler:
-        if self._throttler is None or self._throttle_rate != policy.max_prefills_per_s:
-            rate = policy.max_prefills_per_s
-            # Throttler counts whole requests per period: keep count / period == rate.
-            count = max(1, math.ceil(rate))
-            self._throttler = Throttler(rate_limit=count, period=count / rate)
-            self._throttle_rate = rate
-        return self._throttler
 
     async def run(
         self,
@@ -108,7 +97,6 @@ class WorkflowSession:
             guardrail=self.guardrail,
             timing=self.timing,
             policy=policy,
-            throttler=self._throttle(policy),
             input=input,
             state=state,
             namespace=namespace,
@@ -117,7 +105,8 @@ class WorkflowSession:
         try:
             return await run.execute()
         finally:
-            await asyncio.to_thread(self.save)
+            if self.store is not None:  # no thread hop per run when there is nothing to save
+                await asyncio.to_thread(self.save)
 
     def save(self) -> None:
         """Persist the predictor (when a state dir is set); warn, never raise, on failure."""
