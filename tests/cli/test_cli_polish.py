@@ -64,11 +64,10 @@ def test_unusable_state_file_is_one_plain_warning_line(tmp_path):
     done = _agentwarm("run", str(EXAMPLE), "--engine", "fake", "--state-dir", str(state), "--json")
     assert done.returncode == 0, done.stderr
     [moved] = state.glob("support_bot.corrupt-*.json")
-    assert done.stderr.splitlines() == [
-        f"warning: predictor state {state / 'support_bot.json'} is unusable (Expecting property "
-        f"name enclosed in double quotes: line 1 column 2 (char 1)); moved it to {moved} and "
-        "started learning afresh"
-    ]
+    # One line (why the JSON is unusable is the reader's wording, not checked here).
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"warning: predictor state {state / 'support_bot.json'} is unusable (")
+    assert line.endswith(f"); moved it to {moved} and started learning afresh")
     assert not SOURCE_LOCATION.search(done.stderr)
 
 
