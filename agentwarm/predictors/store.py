@@ -48,6 +48,7 @@ from typing import Annotated, Any
 import filelock
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from agentwarm import _jsonfile
 from agentwarm.errors import PredictorStateError
 from agentwarm.predictors import _serial
 from agentwarm.predictors.base import Mergeable, Predictor
@@ -329,7 +330,7 @@ def _decode_state(raw: bytes, workflow: str, nodes: list[str], kind: str) -> dic
     :data:`_UNUSABLE` saying why the file cannot be used."""
     if len(raw) > MAX_STATE_BYTES:
         raise ValueError(f"larger than the {MAX_STATE_BYTES}-byte limit of state files")
-    document: Any = json.loads(raw.decode("utf-8"))
+    document: Any = _jsonfile.loads(raw)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ValueError(f"not an agentwarm predictor file (format must be {FORMAT!r})")
     version = document.get("version")

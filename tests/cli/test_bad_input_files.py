@@ -2,18 +2,23 @@
 
 ``--inputs``, ``bench --tools`` and ``bench --trajectories`` refuse the file with one ``error:``
 line naming the file (and line) and exit 2; ``stats`` and ``graph --trace`` skip the line with a
-warning, and ``stats`` exits 2 only when nothing usable remains. Never a traceback.
+warning, and ``stats`` exits 2 only when nothing usable remains; a predictor state file is set
+aside with a warning that says what is wrong. Never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from agentwarm.cli import app
+from agentwarm.predictors.store import PredictorStore
 from tests.test_tracestats import step
 
 runner = CliRunner()
@@ -116,3 +121,26 @@ def test_graph_trace_skips_the_line(tmp_path: Path, corruption: str) -> None:
     lines = [line for line in result.stderr.splitlines() if not line.startswith("note: ")]
     assert lines == [f"warning: skipped {path}:2: {problem}"]  # notes: nothing learned yet
     assert "triage" in result.stdout
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_corrupt_predictor_state_is_named_set_aside_and_the_run_goes_on(
+    tmp_path: Path, corruption: str
+) -> None:
+    bad, problem = CORRUPTIONS[corruption]
+    state = tmp_path / "state"
+    state.mkdir()
+    path = PredictorStore(state).path_for("support_bot")
+    path.write_bytes(bad)
+    cmd = [sys.executable, "-m", "agentwarm.cli", "run", str(EXAMPLE), "--engine", "fake"]
+    cmd += ["--input", "hi", "--json", "--state-dir", str(state)]
+    env = {**os.environ, "AGENTWARM_NO_PROGRESS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    (aside,) = state.glob("support_bot.corrupt-*.json")
+    assert aside.read_bytes() == bad
+    assert proc.stderr.splitlines() == [
+        f"warning: predictor state {path} is unusable ({problem}); moved it to {aside} "
+        "and started learning afresh"
+    ]
+    assert json.loads(proc.stdout)["runs"] == 1
