@@ -7,9 +7,11 @@ import re
 
 __all__ = ("redact_credentials",)
 
-# scheme://userinfo@ — userinfo stops at the authority's end ("/", "?", "#") or whitespace, and
-# runs to the last "@" before it (a password may contain a raw "@").
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
+# scheme://userinfo@ — userinfo stops at the first "/" or whitespace and runs to the last "@"
+# before it: a password typed raw may hold "@", "#" or "?" (a URL parser would end the authority
+# at "#" or "?" and leave the rest of the password in view). A query with an "@" and no path
+# before it is redacted too: showing less is the safe side.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")
 
 
 def redact_credentials(text: str) -> str:

@@ -31,6 +31,11 @@ async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -
     if urls and all(u.startswith(("http://", "https://")) for u in urls):
         from agentwarm.engines import sglang
 
+        for url in urls:  # before any connection: a malformed URL is the user's to fix
+            try:
+                sglang.check_url(url)
+            except ValueError as exc:
+                raise ConfigError(f"--engine: {exc}") from None
         # A local checkpoint dir gives the tokenizer; with a preset name the client asks the
         # server (/model_info's tokenizer_path, else /tokenize).
         tokenizer = model if Path(model).is_dir() else None

@@ -74,6 +74,7 @@ __all__ = (
     "RemoteTokenizer",
     "SGLangEngine",
     "TextTokenizer",
+    "check_url",
     "parse_metrics",
 )
 
@@ -91,6 +92,34 @@ _INVALID_STATUSES = frozenset({400, 413, 422})
 
 class _PriorityDisabled(InvalidRequest):
     """The server refused ``priority`` (SGLang ``--abort-on-priority-when-disabled``)."""
+
+
+def check_url(url: str) -> str:
+    """``url`` without trailing ``/`` if it can name an SGLang server (``http``/``https``, a
+    host, a port in 1-65535 when given, no query or fragment), else ValueError saying why; the
+    message shows the URL without its credentials, and nothing of the parser's own message (which
+    may quote a password)."""
+    shown = redact_credentials(url)
+    problem = ""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        problem = "it cannot be parsed"
+    else:
+        if parsed.scheme not in ("http", "https"):
+            problem = "the scheme must be http or https"
+        elif not parsed.host:
+            problem = "it has no host"
+        elif parsed.port is not None and not 1 <= parsed.port <= 65535:
+            problem = f"port {parsed.port} is outside 1-65535"
+        elif parsed.query or parsed.fragment or "#" in url:
+            problem = "it has a query or fragment"
+    if problem:
+        raise ValueError(
+            f"engine URL {shown!r} is not valid: {problem}. Use http://host:port (or https), with "
+            "any '#', '?', '/' or '@' in a user:password percent-encoded (e.g. %23 for '#')"
+        )
+    return url.rstrip("/")
 
 
 @runtime_checkable
@@ -191,10 +220,7 @@ class SGLangEngine(Engine):
         trust_env: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not re.match(r"^https?://[^/]+", url):
-            shown = redact_credentials(url)
-            raise ValueError(f"SGLang URL must look like http://host:port, got {shown!r}")
-        self._base_url = url.rstrip("/")
+        self._base_url = check_url(url)
         self.url = redact_credentials(self._base_url)  # what messages and reports show
         self.model_name = model_name or self.url
         self.routing_header = routing_header

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from agentwarm.engines.routing import MultiWorkerEngine
-from agentwarm.engines.sglang import SGLangEngine
+from agentwarm.engines.sglang import SGLangEngine, check_url
 from agentwarm.errors import EngineUnavailable
 from agentwarm.redact import redact_credentials
 from tests.conftest_server import ROOT
@@ -39,6 +39,8 @@ def closed_port() -> Iterator[int]:
             "workers http://***@a:1, https://***@b:2/generate: down",
         ),
         ("http://host:8000/x?user=a@b", "http://host:8000/x?user=a@b"),
+        ("http://admin:p#ss@127.0.0.1:1", "http://***@127.0.0.1:1"),  # raw "#" in a password
+        ("http://admin:hunter2?x@host/y", "http://***@host/y"),
         ("mail me at admin@example.com", "mail me at admin@example.com"),
     ],
 )
@@ -145,3 +147,63 @@ def test_cli_invalid_engine_spec_redacts_credentials(tmp_path) -> None:
     assert proc.returncode == 2
     assert SECRET not in proc.stdout + proc.stderr
     assert "--engine 'htp://***@127.0.0.1:9' is not valid" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "password", "problem"),
+    [
+        (f"http://admin:{SECRET}@127.0.0.1:99999", SECRET, "port 99999 is outside 1-65535"),
+        ("http://admin:p#ss@127.0.0.1:1", "p#ss", "it cannot be parsed"),
+        (f"http://admin:{SECRET}@[::1", SECRET, "it cannot be parsed"),
+        (f"http://admin:{SECRET}#x@127.0.0.1:1", SECRET, "it cannot be parsed"),
+        (f"http://admin:{SECRET}@127.0.0.1:0", SECRET, "port 0 is outside 1-65535"),
+        (f"http://admin:{SECRET}@:8000", SECRET, "it has no host"),
+        (f"http://127.0.0.1:1,http://admin:{SECRET}@127.0.0.1:70000", SECRET, "port 70000"),
+    ],
+)
+def test_cli_malformed_engine_url_is_one_redacted_error_line(
+    tmp_path, url: str, password: str, problem: str
+) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentwarm.cli",
+            "run",
+            "examples/support_bot.py",
+            "--engine",
+            url,
+            "--state-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    output = proc.stdout + proc.stderr
+    assert password not in output and "Traceback" not in output
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: --engine: engine URL 'http://")
+    assert f"is not valid: {problem}" in lines[0]
+    assert "***@" in lines[0]
+    assert "percent-encoded (e.g. %23 for '#')" in lines[0]
+
+
+def test_check_url_accepts_what_names_a_server_and_refuses_the_rest() -> None:
+    assert check_url("http://127.0.0.1:30000/") == "http://127.0.0.1:30000"
+    assert check_url("https://u:p%23ss@[::1]:443/prefix") == "https://u:p%23ss@[::1]:443/prefix"
+    assert check_url("http://sglang.internal") == "http://sglang.internal"
+    for bad, problem in [
+        ("ftp://h:1", "the scheme must be http or https"),
+        ("http://h:1/x?y=1", "it has a query or fragment"),
+        ("http://h:65536", "port 65536 is outside 1-65535"),
+        ("http://", "it has no host"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
+            check_url(bad)
+    with pytest.raises(ValueError) as err:
+        SGLangEngine(f"http://admin:{SECRET}@127.0.0.1:99999", tokenizer="byte")
+    assert SECRET not in str(err.value) and "http://***@127.0.0.1:99999" in str(err.value)
