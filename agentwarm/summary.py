@@ -6,11 +6,14 @@ Definitions:
 
 * A run's first step comes from ``__start__``; every other step has a previous step.
 * *branch hit*: a step with a previous step whose node was speculatively prefetched during that
-  previous step. **branch hit rate** = branch hits / steps that have a previous step (0.0 when
-  there are none).
+  previous step. **branch hit rate** = branch hits / steps that have a previous step.
 * A *prefetch* is a speculative prefill (kind ``speculative``); "confirmed" warm-ups of the known
   next node are not prefetches. **acceptance ratio** = prefetches with outcome ``hit`` /
-  prefetches issued (0.0 when none were issued).
+  prefetches issued.
+* A ratio with nothing behind it is ``None`` (``null`` in JSON, :data:`agentwarm._fmt.NA` in
+  text), never 0: the acceptance ratio when no prefetch was issued, the branch hit rate when no
+  step has a previous step *or* nothing was prefetched (no prefetch issued and no branch hit:
+  prefetching off, or nothing speculated, so no step could be a hit and a rate says nothing).
 * **wasted tokens**: tokens computed by prefetches whose outcome is not ``hit`` (wasted,
   cancelled, failed, or never resolved).
 * TTFT mean and percentiles (p50, p95, inclusive method) are over the steps that report a TTFT
@@ -86,16 +89,23 @@ def has_previous(step: StepLike) -> bool:
     return not step.from_node.startswith("__")
 
 
-def branch_hit_rate(steps: Iterable[StepLike]) -> float:
-    """Branch hits / steps that have a previous step; 0.0 when no step has one."""
+def branch_hit_rate(
+    steps: Iterable[StepLike], prefills: Iterable[PrefillLike] | None = None
+) -> float | None:
+    """Branch hits / steps that have a previous step; ``None`` when no step has one, or when
+    ``prefills`` is given and nothing was prefetched (no speculative prefill and no hit)."""
     with_prev = [s for s in steps if has_previous(s)]
-    return sum(1 for s in with_prev if s.prefetched) / len(with_prev) if with_prev else 0.0
+    hits = sum(1 for s in with_prev if s.prefetched)
+    speculated = prefills is None or any(p.kind == tm.KIND_SPECULATIVE for p in prefills)
+    if not (hits or speculated):
+        return None
+    return hits / len(with_prev) if with_prev else None
 
 
-def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float:
-    """Speculative prefills with outcome ``hit`` / speculative prefills; 0.0 when none."""
+def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float | None:
+    """Speculative prefills with outcome ``hit`` / speculative prefills; ``None`` when none."""
     spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
-    return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else 0.0
+    return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else None
 
 
 def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
@@ -146,8 +156,10 @@ class Summary:
     steps: int
     branch_steps: int
     branch_hits: int
-    branch_hit_rate: float
-    acceptance_ratio: float
+    branch_hit_rate: float | None
+    """``None`` without a step after a run's first, or without any prefetch (module docstring)."""
+    acceptance_ratio: float | None
+    """``None`` when no prefetch was issued."""
     prefetches_issued: int
     prefetch_hits: int
     wasted_tokens: int
@@ -186,7 +198,7 @@ def summarize_steps(
         steps=len(steps),
         branch_steps=len(with_prev),
         branch_hits=sum(1 for s in with_prev if s.prefetched),
-        branch_hit_rate=branch_hit_rate(steps),
+        branch_hit_rate=branch_hit_rate(steps, spec),
         acceptance_ratio=acceptance_ratio(spec),
         prefetches_issued=len(spec),
         prefetch_hits=sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT),

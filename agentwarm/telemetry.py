@@ -6,7 +6,8 @@ define a name; agentwarm's own attributes live under ``agentwarm.*``, never ``ge
 
 Span tree of one workflow run::
 
-    invoke_workflow {workflow}          INTERNAL  gen_ai.operation.name=invoke_workflow
+    invoke_workflow {workflow}          INTERNAL  gen_ai.operation.name=invoke_workflow;
+    │                                             agentwarm.run.completed/end_steps when it ends
     ├── invoke_agent {node}             INTERNAL  one per step; agentwarm.step.*
     │   ├── text_completion {model}     CLIENT (SGLang) / INTERNAL (embedded engine); gen_ai.usage.*
     │   └── agentwarm.prefill           INTERNAL  one per prefill issued during this step
@@ -31,6 +32,7 @@ Rules for callers:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -74,6 +76,8 @@ __all__ = (
     "AW_PREFILL_SOURCE",
     "AW_PREFILL_TARGET",
     "AW_PREFILL_TOKENS",
+    "AW_RUN_COMPLETED",
+    "AW_RUN_END_STEPS",
     "AW_RUN_ID",
     "AW_STEP_CACHED_TOKENS",
     "AW_STEP_FROM",
@@ -144,6 +148,7 @@ __all__ = (
     "step_result_attributes",
     "step_span_name",
     "workflow_attributes",
+    "workflow_result_attributes",
     "workflow_span_name",
 )
 
@@ -181,6 +186,11 @@ PROVIDER_SGLANG = "sglang"
 # --- agentwarm attribute keys ------------------------------------------------------------------
 AW_WORKFLOW = "agentwarm.workflow"
 AW_RUN_ID = "agentwarm.run.id"
+AW_RUN_COMPLETED = "agentwarm.run.completed"
+"""True on the workflow span of a run that reached END; absent when it failed or was cancelled."""
+AW_RUN_END_STEPS = "agentwarm.run.end_steps"
+"""Indices (:data:`AW_STEP_INDEX`) of the steps that moved to END; set with
+:data:`AW_RUN_COMPLETED` (several when fan-out branches each end the run)."""
 AW_STEP_INDEX = "agentwarm.step.index"
 """0-based index of the step within its run."""
 AW_STEP_FROM = "agentwarm.step.from"
@@ -264,6 +274,7 @@ RECORD_CONTENT: bool = capture_content()
 """The value of :func:`capture_content` at import; prefer calling the function."""
 
 
+@functools.cache  # read once: importlib.metadata parses the METADATA file on every call
 def _version() -> str:
     try:
         return metadata.version("agentwarm")
@@ -294,6 +305,12 @@ def workflow_attributes(workflow: str, run_id: str) -> dict[str, AttributeValue]
         AW_WORKFLOW: workflow,
         AW_RUN_ID: run_id,
     }
+
+
+def workflow_result_attributes(end_steps: Sequence[int]) -> dict[str, AttributeValue]:
+    """Attributes of the ``invoke_workflow`` span of a run that completed (reached END), set at
+    its end; ``end_steps`` are the indices of the steps that moved to END."""
+    return {AW_RUN_COMPLETED: True, AW_RUN_END_STEPS: list(end_steps)}
 
 
 def step_attributes(

@@ -10,10 +10,18 @@ estimated TTFT saved) are :class:`agentwarm.summary.Summary`, defined once in
 * A *prefetch* is a speculative ``agentwarm.prefill`` span (``agentwarm.prefill.kind`` =
   ``speculative``). Its edge is ``agentwarm.prefill.source`` → ``agentwarm.prefill.target``;
   its wasted tokens are ``agentwarm.prefill.computed_tokens`` when its outcome is not ``hit``.
+* A *run* is one ``invoke_workflow {workflow}`` span. It completed when
+  ``agentwarm.run.completed`` is true; ``agentwarm.run.end_steps`` lists the indices of its
+  steps that moved to END (its last step when the list is empty). Each such step counts once as
+  taken on the edge ``{node} → __end__``. A failed or cancelled run (or one whose workflow span
+  is missing) has no END edge.
 * Per edge: *taken* = steps on the edge, *prefetched* = prefetches on the edge, *hits* = taken
   steps that were branch hits, *hit rate* = hits / taken (``None`` when never taken, and for
-  edges out of ``__start__``, which are not branches). TTFT means are over the edge's steps
-  that report ``agentwarm.step.ttft_s``, split by hit / not hit.
+  edges out of ``__start__`` or into ``__end__``, which are not branches; and for every edge
+  of a workflow whose runs prefetched nothing, like the summary's branch hit rate in
+  :mod:`agentwarm.summary`). Edges into END are never prefetched (END has no prompt): their
+  prefetched and hits are 0 and their TTFT means ``None``. TTFT means are over the edge's
+  steps that report ``agentwarm.step.ttft_s``, split by hit / not hit.
 
 Readers are tolerant: lines that are not JSON, not span records, or agentwarm spans missing
 required attributes or holding a value that makes no sense (a count or index that is not an
@@ -37,6 +45,7 @@ from typing import Any
 from agentwarm import _jsonfile
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
+from agentwarm.graphs._node import END
 from agentwarm.summary import (
     PrefillLike,
     StepLike,
@@ -54,6 +63,7 @@ __all__ = (
     "PrefillLike",
     "PrefillSpan",
     "Problem",
+    "RunSpan",
     "StepLike",
     "StepSpan",
     "TraceData",
@@ -95,6 +105,16 @@ class PrefillSpan:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSpan:
+    """One run's workflow span: whether it completed, and which steps moved to END."""
+
+    workflow: str
+    run_id: str
+    completed: bool
+    end_steps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Problem:
     """A trace line that was skipped, and why."""
 
@@ -112,6 +132,7 @@ class TraceData:
 
     steps: list[StepSpan] = field(default_factory=list)
     prefills: list[PrefillSpan] = field(default_factory=list)
+    runs: list[RunSpan] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     spans: int = 0
     other_spans: int = 0
@@ -264,12 +285,26 @@ def _prefill(attrs: dict[str, Any]) -> PrefillSpan:
     )
 
 
+def _run(attrs: dict[str, Any]) -> RunSpan:
+    ends = attrs.get(tm.AW_RUN_END_STEPS) or []
+    if not isinstance(ends, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ends
+    ):
+        raise _BadSpan(f"'{tm.AW_RUN_END_STEPS}' is not a list of step indices: {ends!r:.40}")
+    return RunSpan(
+        workflow=str(attrs.get(tm.AW_WORKFLOW, "")),
+        run_id=_str(attrs, tm.AW_RUN_ID, "workflow"),
+        completed=_bool(attrs, tm.AW_RUN_COMPLETED),
+        end_steps=tuple(ends),
+    )
+
+
 def _read_line(raw: bytes, data: TraceData, seen: set[tuple[str, str]]) -> None:
     try:
         obj = _jsonfile.loads(raw)
     except _jsonfile.JSONTextError as exc:
         raise _BadSpan(str(exc)) from exc
-    parsed: list[StepSpan | PrefillSpan | None] = []
+    parsed: list[StepSpan | PrefillSpan | RunSpan | None] = []
     keys: list[tuple[str, str] | None] = []
     for rec in _records(obj):
         if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
@@ -281,6 +316,8 @@ def _read_line(raw: bytes, data: TraceData, seen: set[tuple[str, str]]) -> None:
             parsed.append(_prefill(attrs))
         elif name.startswith(tm.SPAN_STEP + " ") and tm.AW_STEP_NODE in attrs:
             parsed.append(_step(attrs))
+        elif name.startswith(tm.SPAN_WORKFLOW + " ") and tm.AW_RUN_ID in attrs:
+            parsed.append(_run(attrs))
         else:
             parsed.append(None)
     for key, item in zip(keys, parsed, strict=True):
@@ -294,6 +331,8 @@ def _read_line(raw: bytes, data: TraceData, seen: set[tuple[str, str]]) -> None:
             data.steps.append(item)
         elif isinstance(item, PrefillSpan):
             data.prefills.append(item)
+        elif isinstance(item, RunSpan):
+            data.runs.append(item)
         else:
             data.other_spans += 1
 
@@ -343,12 +382,18 @@ class EdgeStats:
     wasted_tokens: int = 0
     ttft_hit_mean_s: float | None = None
     ttft_miss_mean_s: float | None = None
+    prefetching: bool = True
+    """Whether anything was prefetched in the workflow's traced runs (a speculative prefill or
+    a branch hit); without it no edge has a hit rate."""
 
     @property
     def hit_rate(self) -> float | None:
-        """hits / taken; ``None`` for an edge never taken, and for an edge out of ``__start__``
-        (a run's first step has no previous step to prefetch it: not a branch)."""
-        if not self.taken or self.from_node.startswith("__"):
+        """hits / taken; ``None`` for an edge never taken, for an edge out of ``__start__`` or
+        into ``__end__`` (a run's first step has no previous step to prefetch it, END has no
+        prompt: not branches), and when nothing was prefetched (prefetching off)."""
+        if not self.taken or self.from_node.startswith("__") or self.to_node == END:
+            return None
+        if not self.prefetching:
             return None
         return self.hits / self.taken
 
@@ -392,13 +437,32 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _end_steps(steps: Sequence[StepSpan], runs: Sequence[RunSpan]) -> list[StepSpan]:
+    """The steps of completed runs that moved to END (module docstring), each once."""
+    by_run: dict[tuple[str, str], dict[int, StepSpan]] = defaultdict(dict)
+    for s in steps:
+        by_run[(s.workflow, s.run_id)][s.index] = s
+    ends: dict[tuple[str, str], set[int]] = {}
+    for r in runs:
+        mine = by_run.get((r.workflow, r.run_id))
+        if r.completed and mine:
+            ends.setdefault((r.workflow, r.run_id), set()).update(r.end_steps or (max(mine),))
+    return [by_run[k][i] for k, idx in ends.items() for i in sorted(idx) if i in by_run[k]]
+
+
 def compute_stats(
-    steps: Sequence[StepSpan], prefills: Sequence[PrefillSpan], *, workflow: str | None = None
+    steps: Sequence[StepSpan],
+    prefills: Sequence[PrefillSpan],
+    *,
+    workflow: str | None = None,
+    runs: Sequence[RunSpan] = (),
 ) -> TraceStats:
-    """Per-edge and overall statistics; restricted to one workflow when ``workflow`` is given."""
+    """Per-edge and overall statistics; restricted to one workflow when ``workflow`` is given.
+    ``runs`` (the workflow spans) give the edges into END."""
     if workflow is not None:
         steps = [s for s in steps if s.workflow == workflow]
         prefills = [p for p in prefills if p.workflow == workflow]
+        runs = [r for r in runs if r.workflow == workflow]
     edges: dict[tuple[str, str, str], EdgeStats] = {}
 
     def edge(wf: str, a: str, b: str) -> EdgeStats:
@@ -416,6 +480,8 @@ def compute_stats(
         if s.ttft_s is not None:
             key = (s.workflow, s.from_node, s.node)
             (ttft_hit if s.prefetched else ttft_miss)[key].append(s.ttft_s)
+    for s in _end_steps(steps, runs):
+        edge(s.workflow, s.node, END).taken += 1
     for p in prefills:
         if p.kind != tm.KIND_SPECULATIVE:
             continue
@@ -423,7 +489,10 @@ def compute_stats(
         e.prefetched += 1
         if p.outcome != tm.OUTCOME_HIT:
             e.wasted_tokens += p.computed_tokens
+    speculated = {p.workflow for p in prefills if p.kind == tm.KIND_SPECULATIVE}
+    speculated |= {s.workflow for s in steps if s.prefetched and has_previous(s)}
     for key, e in edges.items():
+        e.prefetching = e.workflow in speculated
         e.ttft_hit_mean_s = _mean(ttft_hit.get(key, []))
         e.ttft_miss_mean_s = _mean(ttft_miss.get(key, []))
 

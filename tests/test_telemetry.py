@@ -48,7 +48,7 @@ def test_attribute_keys_are_pinned() -> None:
         "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS": "gen_ai.usage.cache_read.input_tokens",
     }
     own = [v for k, v in vars(tm).items() if k.startswith("AW_")]
-    assert len(own) == 18
+    assert len(own) == 20
     assert all(v.startswith("agentwarm.") for v in own)
     assert tm.AW_STEP_TTFT == "agentwarm.step.ttft_s"
     assert tm.AW_PREFILL_OUTCOME == "agentwarm.prefill.outcome"

@@ -181,7 +181,7 @@ def test_pure_definitions_on_plain_records() -> None:
 
     steps = [S("__start__", True), S("a", True), S("b", False), S("c", True)]
     assert branch_hit_rate(steps) == pytest.approx(2 / 3)
-    assert branch_hit_rate([S("__start__", False)]) == 0.0
+    assert branch_hit_rate([S("__start__", False)]) is None
     prefills = [
         P("speculative", "hit", 5),
         P("speculative", None, 7),
@@ -189,7 +189,7 @@ def test_pure_definitions_on_plain_records() -> None:
         P("confirmed", "wasted", 100),
     ]
     assert acceptance_ratio(prefills) == pytest.approx(1 / 3)
-    assert acceptance_ratio([]) == 0.0
+    assert acceptance_ratio([]) is None
     assert wasted_tokens(prefills) == 18
 
 
@@ -312,7 +312,7 @@ def test_workflow_filter(tmp_path: Path) -> None:
     assert compute_stats(data.steps, data.prefills).workflows == ["one", "two"]
     one = compute_stats(data.steps, data.prefills, workflow="one")
     two = compute_stats(data.steps, data.prefills, workflow="two")
-    assert (one.branch_hit_rate, two.branch_hit_rate) == (1.0, 0.0)
+    assert (one.branch_hit_rate, two.branch_hit_rate) == (1.0, None)  # two: nothing prefetched
     assert one.edge("a", "b") is not None and one.edge("x", "y") is None
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentwarm._fmt import NA, ms, plural
+from agentwarm._fmt import NA, ms, pct, plural
 from agentwarm.errors import AgentwarmError, EngineError, EngineUnavailable
 from agentwarm.runtime import RunResult, summarize
 from agentwarm.runtime.runner import SYNC_THREAD_PREFIX
@@ -50,8 +50,8 @@ def render(
     prefetch: bool,
 ) -> None:
     """Print the runs table, the last completed run's steps and the summary line. Without
-    prefetching, the branch-hit, acceptance and prefetch figures (all zero by construction)
-    are left out."""
+    prefetching, the branch-hit, acceptance and prefetch figures (n/a by construction) are
+    left out; a rate with nothing behind it reads :data:`NA`."""
     results = [r for _, r in done]
     runs = Table(title="Runs", title_justify="left", header_style="bold")
     cols = ["run", "steps", "branch hits", "hit rate so far", "cached / prompt tok", "mean TTFT ms"]
@@ -62,7 +62,7 @@ def render(
     rows: list[tuple[int, list[str]]] = []
     for n, (i, r) in enumerate(done, 1):
         s = r.summary()
-        hits = [f"{s['branch_hit_rate']:.0%}", f"{summarize(results[:n])['branch_hit_rate']:.0%}"]
+        hits = [pct(s["branch_hit_rate"]), pct(summarize(results[:n])["branch_hit_rate"])]
         rows.append(
             (
                 i,
@@ -87,17 +87,17 @@ def render(
     head = f"[bold]{summary['workflow']}[/]: {plural(len(done), 'run')}"
     if failed:
         head += f" of {total} completed, [red]{len(failed)} failed[/]"
-    prompt = summary["prompt_tokens"] or 1
+    prompt = summary["prompt_tokens"]
     parts = [f"{head}, {plural(summary['steps'], 'step')}"]
     if prefetch:
         parts.append(
-            f"branch hit rate [bold]{summary['branch_hit_rate']:.0%}[/] · acceptance "
-            f"{summary['acceptance_ratio']:.0%} ({summary['prefetch_hits']}/"
+            f"branch hit rate [bold]{pct(summary['branch_hit_rate'])}[/] · acceptance "
+            f"{pct(summary['acceptance_ratio'])} ({summary['prefetch_hits']}/"
             f"{summary['prefetches_issued']})"
         )
     parts.append(
         f"cached {summary['cached_tokens']}/{summary['prompt_tokens']} tok "
-        f"({summary['cached_tokens'] / prompt:.0%})"
+        f"({pct(summary['cached_tokens'] / prompt if prompt else None)})"
     )
     if prefetch:
         parts.append(f"wasted {summary['wasted_tokens']} tok")

@@ -83,7 +83,7 @@ def _stats(workflow: Workflow, traces: list[Path]) -> TraceStats | None:
 
     data = read_traces(traces)
     print_problems(data.problems)
-    st = compute_stats(data.steps, data.prefills, workflow=workflow.name)
+    st = compute_stats(data.steps, data.prefills, workflow=workflow.name, runs=data.runs)
     if not st.steps:
         typer.echo(f"note: no steps of workflow '{workflow.name}' in the given traces", err=True)
     return st

@@ -67,13 +67,15 @@ def _table(st: TraceStats) -> Table:
 def _summary(st: TraceStats) -> Text:
     out = Text()
     out.append("branch hit rate   ")
-    if st.branch_steps:
-        out.append(f"{st.branch_hit_rate:.1%}", style=hit_rate_style(st.branch_hit_rate))
+    if st.branch_hit_rate is not None:
+        out.append(pct(st.branch_hit_rate, 1), style=hit_rate_style(st.branch_hit_rate))
         out.append(f"  ({st.branch_hits}/{plural(st.branch_steps, 'step')} after a run's first)\n")
-    else:
+    elif not st.branch_steps:
         out.append(f"{NA}  (no step after a run's first)\n")
-    if st.prefetches_issued:
-        out.append(f"acceptance ratio  {st.acceptance_ratio:.1%}")
+    else:
+        out.append(f"{NA}  (nothing prefetched)\n")
+    if st.acceptance_ratio is not None:
+        out.append(f"acceptance ratio  {pct(st.acceptance_ratio, 1)}")
         out.append(f"  ({st.prefetch_hits}/{st.prefetches_issued} speculative prefills used)\n")
     else:
         out.append(f"acceptance ratio  {NA}  (no speculative prefills)\n")
@@ -126,7 +128,7 @@ def stats(
     with cli_errors():
         data = read_traces(traces)
         print_problems(data.problems)
-        st = compute_stats(data.steps, data.prefills, workflow=workflow)
+        st = compute_stats(data.steps, data.prefills, workflow=workflow, runs=data.runs)
         _require_spans(st, data, traces, workflow)
     if json_out:
         out = st.to_dict()

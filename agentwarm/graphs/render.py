@@ -57,12 +57,15 @@ class EdgeInfo:
     prefetched: int = 0
     hits: int = 0
     declared: bool = True
+    prefetching: bool = True
+    """Whether the traced runs prefetched anything (``EdgeStats.prefetching``)."""
 
     @property
     def hit_rate(self) -> float | None:
-        """hits / taken; ``None`` when never taken, or for START and END edges (never
-        prefetched: a run's first step has no previous step, END has no prompt)."""
-        if not self.taken or self.source == START or self.target == END:
+        """hits / taken; ``None`` when never taken, for START and END edges (never
+        prefetched: a run's first step has no previous step, END has no prompt), and when the
+        traced runs prefetched nothing."""
+        if not self.taken or self.source == START or self.target == END or not self.prefetching:
             return None
         return self.hits / self.taken
 
@@ -113,6 +116,7 @@ def graph_info(
                 prefetched=obs.prefetched if obs else 0,
                 hits=obs.hits if obs else 0,
                 declared=(u, v) in pairs,
+                prefetching=obs.prefetching if obs else True,
             )
         )
     visits: dict[str, int] = {}

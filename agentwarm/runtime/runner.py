@@ -196,11 +196,14 @@ class Run:
         with self.tracer.start_as_current_span(
             tm.workflow_span_name(self.workflow.name),
             attributes=tm.workflow_attributes(self.workflow.name, self.run_id),
-        ):
+        ) as span:
             try:
                 await self._branch(_Arrival(self.workflow.entry, (), START, False), in_fanout=False)
             finally:
                 await self.prefetcher.aclose()
+            span.set_attributes(
+                tm.workflow_result_attributes([s.index for s in self.steps if END in s.next])
+            )
         return RunResult(
             workflow=self.workflow.name,
             run_id=self.run_id,

@@ -223,3 +223,114 @@ def test_graph_text_without_a_trace_shows_dashes_not_zeros(tmp_path: Path) -> No
     rows = _graph_rows(result.stdout)
     assert rows[("a", "b")] == ["1", "0", "1", "100%"]  # observed: counts, even zero
     assert rows[("a", "END")] == ["0", "0", "0", "—"]
+
+
+# --- edges into END, counted from real runs -----------------------------------------------------
+
+# Input "boom": b fails; an input starting with "e": a → END; "fan": a → b and c at once, both
+# → END; anything else a → b → END.
+END_FLOW = """
+from agentwarm import END, node
+
+INPUTS = ["ok"]
+
+
+@node(entry=True, next=["b", "c", END])
+async def a(ctx):
+    await ctx.llm(ctx.input, max_tokens=2)
+    if ctx.input == "fan":
+        return ["b", "c"]
+    return END if ctx.input.startswith("e") else "b"
+
+
+@node(next=[END])
+async def b(ctx):
+    if ctx.input == "boom":
+        raise ValueError("bad input")
+    await ctx.llm("b", max_tokens=2)
+    return END
+
+
+@node(next=[END])
+async def c(ctx):
+    await ctx.llm("c", max_tokens=2)
+    return END
+"""
+
+RUN_ENV = {"COLUMNS": "160", "AGENTWARM_NO_PROGRESS": "1"}
+
+
+def _traced_runs(tmp_path: Path, *inputs: str) -> tuple[Path, Path]:
+    flow = tmp_path / "endflow.py"
+    flow.write_text(textwrap.dedent(END_FLOW))
+    lines = tmp_path / "inputs.jsonl"
+    lines.write_text("".join(json.dumps(x) + "\n" for x in inputs))
+    trace = tmp_path / "t.jsonl"
+    args = ["run", str(flow), "--inputs", str(lines), "--engine", "fake", "--trace", str(trace)]
+    result = runner.invoke(app, [*args, "--state-dir", str(tmp_path / "s")], env=RUN_ENV)
+    assert result.exit_code == (1 if "boom" in inputs else 0), result.output
+    return flow, trace
+
+
+def _edges(trace: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    result = _stats(str(trace), "--json")
+    assert result.exit_code == 0, result.output
+    return {(e["from"], e["to"]): e for e in json.loads(result.stdout)["edges"]}
+
+
+def test_completed_runs_end_on_an_end_edge_failed_ones_do_not(tmp_path: Path) -> None:
+    _, trace = _traced_runs(tmp_path, "ok", "e1", "ok2", "boom", "e2", "ok3")
+    edges = _edges(trace)
+    # Completed: a → b → END three times, a → END twice; "boom" failed in b: no END edge.
+    assert edges[("a", "b")]["taken"] == 4
+    b_end, a_end = edges[("b", "__end__")], edges[("a", "__end__")]
+    assert {k: b_end[k] for k in ("taken", "prefetched", "hits", "hit_rate")} == {
+        "taken": 3,
+        "prefetched": 0,
+        "hits": 0,
+        "hit_rate": None,
+    }
+    assert (a_end["taken"], a_end["prefetched"], a_end["hits"], a_end["hit_rate"]) == (
+        2,
+        0,
+        0,
+        None,
+    )
+    assert (b_end["wasted_tokens"], b_end["ttft_hit_mean_s"], b_end["ttft_miss_mean_s"]) == (
+        0,
+        None,
+        None,
+    )
+    assert ("c", "__end__") not in edges
+    table = _stats(str(trace))
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if "b → __end__" in line)
+    assert [c.strip() for c in row.split("│")[2:6]] == ["3", "0", "0", "—"]
+
+
+def test_both_branches_of_a_fan_out_end_the_run(tmp_path: Path) -> None:
+    _, trace = _traced_runs(tmp_path, "fan", "fan")
+    edges = _edges(trace)
+    assert (edges[("b", "__end__")]["taken"], edges[("c", "__end__")]["taken"]) == (2, 2)
+    assert ("a", "__end__") not in edges
+
+
+def test_graph_counts_runs_ending_at_end(tmp_path: Path) -> None:
+    flow, trace = _traced_runs(tmp_path, "ok", "e1", "boom", "ok2")
+    args = ["graph", str(flow), "--state-dir", str(tmp_path / "s"), "--format", "text"]
+    result = runner.invoke(app, [*args, "--trace", str(trace)], env={"COLUMNS": "150"})
+    assert result.exit_code == 0, result.output
+    rows = _graph_rows(result.stdout)
+    assert rows[("b", "END")] == ["2", "0", "0", "—"]
+    assert rows[("a", "END")] == ["1", "0", "0", "—"]
+    assert rows[("c", "END")] == ["0", "0", "0", "—"]
+    assert rows[("START", "a")][0] == "4"
+
+
+def test_a_trace_without_workflow_spans_has_no_end_edges(tmp_path: Path) -> None:
+    # Step spans alone do not say whether a run completed: nothing is guessed.
+    trace = _write(
+        tmp_path / "t.jsonl",
+        [_step("1", 0, "__start__", "a", False, 0.3), _step("1", 1, "a", "b", False, 0.1)],
+    )
+    assert not [k for k in _edges(trace) if k[1] == "__end__"]
