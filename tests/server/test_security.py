@@ -8,7 +8,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -247,35 +246,44 @@ def test_default_limit_rejects_a_large_body_before_reading_it(local_server: Serv
 
 
 def test_large_streamed_bodies_do_not_block_health(local_server: ServeProcess) -> None:
-    """Four clients stream 512 KiB bodies without Content-Length; each is cut off at the limit
-    (413), and /health answers while they are in flight."""
-    started = threading.Barrier(5, timeout=30)
-    statuses: list[int] = []
+    """Four uploads stream chunked bodies (no Content-Length) to 3/4 of the limit and stay open;
+    /health answers while all four are open and unanswered. Then each sends past the limit
+    without ever ending its body, and each is answered 413: the limit is enforced while the body
+    streams in, not after it has all been read and parsed."""
+    limit = default_max_request_bytes(8192)
+    host, port = local_server.url.removeprefix("http://").split(":")
+    piece = b"1," * 4096  # 8 KiB of the input_ids array
+    head = (
+        b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
 
-    def upload() -> None:
-        def body() -> Iterator[bytes]:
-            yield b'{"input_ids": ['
-            started.wait()
-            for _ in range(32):
-                yield b"1," * 8192
-            yield b"1]}"
+    def chunks(data: bytes, n: int) -> bytes:
+        return (f"{len(data):x}\r\n".encode() + data + b"\r\n") * n
 
-        resp = httpx.post(
-            f"{local_server.url}/generate",
-            content=body(),
-            headers={"content-type": "application/json"},
-            timeout=30,
-        )
-        statuses.append(resp.status_code)
-
-    threads = [threading.Thread(target=upload) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    started.wait()
-    assert httpx.get(f"{local_server.url}/health", timeout=10).status_code == 200
-    for thread in threads:
-        thread.join(30)
-    assert statuses == [413] * 4
+    uploads = [socket.create_connection((host, int(port)), timeout=30) for _ in range(4)]
+    try:
+        for sock in uploads:
+            sock.sendall(
+                head + chunks(b'{"input_ids": [', 1) + chunks(piece, limit * 3 // 4 // 8192)
+            )
+        assert httpx.get(f"{local_server.url}/health", timeout=30).status_code == 200
+        for sock in uploads:  # none was answered: each is still waiting for the rest of its body
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+            sock.settimeout(30)
+        replies = []
+        for sock in uploads:
+            sock.sendall(chunks(piece, limit // 4 // 8192 + 2))  # past the limit; no final chunk
+            reply = b""
+            while b"\r\n\r\n" not in reply and (data := sock.recv(65536)):
+                reply += data
+            replies.append(reply.split(b" ", 2)[1])  # the status code
+    finally:
+        for sock in uploads:
+            sock.close()
+    assert replies == [b"413"] * 4
     assert httpx.get(f"{local_server.url}/health", timeout=10).status_code == 200
 
 
