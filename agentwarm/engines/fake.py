@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import itertools
 import random
 import time
@@ -139,7 +140,12 @@ class FakeEngine(Engine):
         self.log: list[RequestLog] = _History(log_limit)
         self.aborts: list[str] = _History(log_limit)
         self.chunks = 0
-        self._queue: list[_Item] = []
+        # Queued and running items by seq; a heap of (-priority, seq) picks the next one in
+        # O(log n) (stale entries of finished items are skipped); aborted items wait in _dead
+        # until the worker resolves them, wherever they are in the order.
+        self._queue: dict[int, _Item] = {}
+        self._heap: list[tuple[int, int]] = []
+        self._dead: list[_Item] = []
         self._by_rid: dict[str, _Item] = {}
         self._pinned: dict[str, RadixNode[None]] = {}
         self._seq = itertools.count()
@@ -280,8 +286,7 @@ class FakeEngine(Engine):
         self.aborts.append(rid)
         item = self._by_rid.get(rid)
         if item is not None:
-            item.aborted = True
-            self._kick()
+            self._mark_aborted(item)
             return
         pinned = self._pinned.pop(rid, None)
         if pinned is not None:
@@ -292,8 +297,7 @@ class FakeEngine(Engine):
         try:
             return await asyncio.shield(item.future)
         except asyncio.CancelledError:
-            item.aborted = True
-            self._kick()
+            self._mark_aborted(item)
             raise
 
     async def stats(self) -> EngineStats:
@@ -313,8 +317,8 @@ class FakeEngine(Engine):
 
     async def aclose(self) -> None:
         self._closed = True
-        for item in self._queue:
-            item.aborted = True
+        for item in list(self._queue.values()):
+            self._mark_aborted(item)
         self._kick()
         if self._worker is not None:
             await asyncio.gather(self._worker, return_exceptions=True)
@@ -348,13 +352,28 @@ class FakeEngine(Engine):
             seq=next(self._seq),
             future=loop.create_future(),
         )
-        self._queue.append(item)
+        self._queue[item.seq] = item
+        heapq.heappush(self._heap, (-item.priority, item.seq))
         self._by_rid[item.rid] = item
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
         self._kick()
         return item
+
+    def _mark_aborted(self, item: _Item) -> None:
+        item.aborted = True
+        self._dead.append(item)
+        self._kick()
+
+    def _next(self) -> _Item | None:
+        """The queued item that runs next: highest priority, then first come."""
+        while self._heap:
+            item = self._queue.get(self._heap[0][1])
+            if item is not None:
+                return item
+            heapq.heappop(self._heap)
+        return None
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -367,10 +386,12 @@ class FakeEngine(Engine):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            for dead in [it for it in self._queue if it.aborted]:
-                self._finish(dead, aborted=True)
-            if self._queue:
-                item = max(self._queue, key=lambda it: (it.priority, -it.seq))
+            while self._dead:
+                dead = self._dead.pop()
+                if self._queue.get(dead.seq) is dead:
+                    self._finish(dead, aborted=True)
+            item = self._next()
+            if item is not None:
                 await self._advance(item)
 
     async def _advance(self, item: _Item) -> None:
@@ -413,7 +434,7 @@ class FakeEngine(Engine):
         """Leave the queue: unlock (pin a speculative prefill), then resolve the future. A
         generate that was not aborted goes on decoding (``item.decoding``) and is counted when
         that ends (:meth:`_end_decode`); anything else is counted now."""
-        self._queue.remove(item)
+        del self._queue[item.seq]
         item.decoding = item.kind == "generate" and not aborted
         if not item.decoding and self._by_rid.get(item.rid) is item:
             del self._by_rid[item.rid]
