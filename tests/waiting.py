@@ -38,6 +38,21 @@ async def until(
         await asyncio.sleep(_INTERVAL_S)
 
 
+def wait_until(
+    condition: Callable[[], Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    what: str = "the condition",
+) -> None:
+    """The blocking twin of :func:`until`, for tests that wait on another process or thread
+    (a marker file, a server's state); ``TimeoutError`` past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s} s")
+        time.sleep(_INTERVAL_S)
+
+
 async def step_prefetches_done(ctx: Context, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Inside a node: until every prefetch request the current step has sent so far ended.
 

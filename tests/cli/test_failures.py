@@ -10,13 +10,13 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
 from agentwarm.cli import app
 from tests.conftest_server import ROOT, serve
+from tests.waiting import wait_until
 
 runner = CliRunner()
 ENV = {"COLUMNS": "200", "AGENTWARM_NO_PROGRESS": "1"}
@@ -176,13 +176,6 @@ def test_no_prefetch_prints_no_prefetch_figures_and_plurals_agree(tmp_path):
     assert "acceptance" in warm.stdout
 
 
-def _wait_for(path: Path, deadline_s: float = 60.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.01)
-
-
 def test_engine_that_dies_mid_run_exits_1_and_reports_the_completed_runs(tmp_path):
     # Run 2's sync node b tells the test it started and waits until the test has killed the
     # server; the LLM call of the next node, d, then finds the engine gone.
@@ -238,7 +231,8 @@ def test_engine_that_dies_mid_run_exits_1_and_reports_the_completed_runs(tmp_pat
             text=True,
         )
         try:
-            _wait_for(tmp_path / "started")
+            started = tmp_path / "started"
+            wait_until(started.exists, timeout_s=60, what=f"{started} to appear")
             server.kill()
             (tmp_path / "killed").touch()
             stdout, stderr = proc.communicate(timeout=120)

@@ -10,10 +10,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from tests.conftest_server import ROOT
+from tests.waiting import wait_until
 
 # Run 3 (input "block") tells the test it started, then waits for ever.
 FLOW = """
@@ -69,11 +69,13 @@ def _interrupt_third_run(tmp_path: Path, *extra: str) -> tuple[int, str, str]:
         text=True,
     )
     try:
-        end = time.monotonic() + DEADLINE_S
-        while not (tmp_path / "started").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < end, "run 3 never started"
-            time.sleep(0.01)
+        started = tmp_path / "started"
+        wait_until(
+            lambda: started.exists() or proc.poll() is not None,
+            timeout_s=DEADLINE_S,
+            what="run 3 to start",
+        )
+        assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         # Generous: the blocked node would otherwise never return.
         stdout, stderr = proc.communicate(timeout=15)

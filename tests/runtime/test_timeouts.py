@@ -21,6 +21,7 @@ from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, n
 from agentwarm.cli import app
 from agentwarm.errors import GraphValidationError, StepTimeout
 from agentwarm.runtime.runner import SYNC_THREAD_PREFIX
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Prefetch at step start, both successors.
@@ -179,11 +180,13 @@ def test_first_sigint_cancels_a_blocked_sync_node_and_exits_130(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "started").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the node never started"
-            time.sleep(0.01)
+        started = tmp_path / "started"
+        wait_until(
+            lambda: started.exists() or proc.poll() is not None,
+            timeout_s=60,
+            what="the node to start",
+        )
+        assert proc.poll() is None, proc.communicate()
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)

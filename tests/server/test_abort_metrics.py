@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.sglang import parse_metrics
 from agentwarm.server import ServerConfig, create_app
 from tests.conftest_server import ServeProcess
+from tests.waiting import until
 
 PROMPT = list(range(32, 96))  # 64 byte tokens
 STREAMS = 20
@@ -36,22 +36,6 @@ def local_server() -> Iterator[ServeProcess]:
         yield server
     finally:
         server.stop()
-
-
-async def until(check: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def until_async(check: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def first_event(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
@@ -88,7 +72,8 @@ async def test_clients_that_disconnect_mid_stream_count_as_aborted(
             delta("sglang:num_aborted_requests_total") >= STREAMS
             and local_server.metrics()["sglang:num_running_reqs"] == 0
         ),
-        f"{STREAMS} aborted requests in /metrics",
+        what=f"{STREAMS} aborted requests in /metrics",
+        timeout_s=30.0,
     )
     assert delta("sglang:num_aborted_requests_total") == STREAMS
     assert delta("sglang:num_requests_total") == STREAMS
@@ -135,7 +120,7 @@ async def test_an_abort_storm_leaves_the_cache_hit_rate_alone(slow: FakeEngine) 
         # stay queued) are aborted before running
         blocker = {"input_ids": list(range(2000)), "sampling_params": {"max_new_tokens": 0}}
         running = asyncio.create_task(client.post("/generate", json={**blocker, "rid": "b" * 32}))
-        await until(lambda: slow.chunks > 0, "the blocker to start")
+        await until(lambda: slow.chunks > 0, what="the blocker to start", timeout_s=30.0)
         queued = {"sampling_params": {"max_new_tokens": 4}, "priority": -1}
         storm = [
             asyncio.create_task(
@@ -149,7 +134,7 @@ async def test_an_abort_storm_leaves_the_cache_hit_rate_alone(slow: FakeEngine) 
         async def all_queued() -> bool:
             return (await metrics(client))["sglang:num_running_reqs"] == 31
 
-        await until_async(all_queued, "the storm to queue")
+        await until(all_queued, what="the storm to queue", timeout_s=30.0)
         for i in range(30):
             abort = await client.post("/abort_request", json={"rid": f"{i:032x}"})
             assert abort.status_code == 200
@@ -184,8 +169,14 @@ async def test_a_stream_closed_early_leaves_no_unretrieved_future(
         first = await anext(stream)
         assert first.completion is None
         await stream.aclose()  # type: ignore[attr-defined]
-        await until(lambda: engine.scheduler.aborted == 1, "the abort to reach the engine")
-        await until(lambda: not engine._active, "the request to leave the engine")
+        await until(
+            lambda: engine.scheduler.aborted == 1,
+            what="the abort to reach the engine",
+            timeout_s=30.0,
+        )
+        await until(
+            lambda: not engine._active, what="the request to leave the engine", timeout_s=30.0
+        )
         del stream
         await asyncio.sleep(0)  # let the future's done callbacks run
         gc.collect()

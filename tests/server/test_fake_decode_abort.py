@@ -9,14 +9,14 @@ import json
 import re
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest_server import ServeProcess
+from tests.waiting import wait_until
 
 SECONDS_PER_OUTPUT_TOKEN = 0.02
 MAX_NEW_TOKENS = 1000  # 20 s of decode: far longer than any test waits
@@ -44,14 +44,6 @@ def server() -> Iterator[ServeProcess]:
     assert "Traceback" not in log, log
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 def body(first: int, rid: str, *, stream: bool) -> dict[str, Any]:
     """A prompt of its own (distinct first token), so its prefill adds exactly its length to the
     cache: that is how a test knows the request is past its prefill, i.e. decoding."""
@@ -69,18 +61,20 @@ class Counters:
         return self.server.metrics()[name] - self.before[name]
 
     def wait_decoding(self) -> None:
-        wait_for(
+        wait_until(
             lambda: self.delta("agentwarm:cache_tokens") >= PROMPT_TOKENS,
-            "the request to finish its prefill",
+            what="the request to finish its prefill",
+            timeout_s=30.0,
         )
 
     def assert_one_abort(self, *, streamed: bool) -> None:
-        wait_for(
+        wait_until(
             lambda: (
                 self.delta("sglang:num_requests_total") >= 1
                 and self.server.metrics()["sglang:num_running_reqs"] == 0
             ),
-            "the request to end",
+            what="the request to end",
+            timeout_s=30.0,
         )
         assert self.delta("sglang:num_requests_total") == 1
         assert self.delta("sglang:num_aborted_requests_total") == 1
