@@ -8,8 +8,9 @@ Definitions:
 * *branch hit*: a step with a previous step whose node was speculatively prefetched during that
   previous step. **branch hit rate** = branch hits / steps that have a previous step.
 * A *prefetch* is a speculative prefill (kind ``speculative``); "confirmed" warm-ups of the known
-  next node are not prefetches. **acceptance ratio** = prefetches with outcome ``hit`` /
-  prefetches issued.
+  next node are not prefetches. A prefetch is *issued* when admission let it reach the engine;
+  one it refused is *dropped* (outcome ``dropped``) and counted apart. **acceptance ratio** =
+  prefetches with outcome ``hit`` / prefetches issued.
 * A ratio with nothing behind it is ``None`` (``null`` in JSON, :data:`agentwarm._fmt.NA` in
   text), never 0: the acceptance ratio when no prefetch was issued, the branch hit rate when no
   step has a previous step *or* nothing was prefetched (no prefetch issued and no branch hit:
@@ -43,6 +44,7 @@ __all__ = (
     "Summary",
     "acceptance_ratio",
     "branch_hit_rate",
+    "dropped",
     "has_previous",
     "percentile",
     "summarize_steps",
@@ -102,9 +104,15 @@ def branch_hit_rate(
     return hits / len(with_prev) if with_prev else None
 
 
+def dropped(prefill: PrefillLike) -> bool:
+    """Whether admission refused the prefill (nothing of it reached the engine)."""
+    return prefill.outcome == tm.OUTCOME_DROPPED
+
+
 def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float | None:
-    """Speculative prefills with outcome ``hit`` / speculative prefills; ``None`` when none."""
-    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
+    """Speculative prefills with outcome ``hit`` / speculative prefills issued (not dropped);
+    ``None`` when none was issued."""
+    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE and not dropped(p)]
     return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else None
 
 
@@ -161,6 +169,9 @@ class Summary:
     acceptance_ratio: float | None
     """``None`` when no prefetch was issued."""
     prefetches_issued: int
+    """Speculative prefetches admitted (sent to the engine)."""
+    prefetches_dropped: int
+    """Speculative prefetches admission refused (never sent)."""
     prefetch_hits: int
     wasted_tokens: int
     prompt_tokens: int
@@ -200,7 +211,8 @@ def summarize_steps(
         branch_hits=sum(1 for s in with_prev if s.prefetched),
         branch_hit_rate=branch_hit_rate(steps, spec),
         acceptance_ratio=acceptance_ratio(spec),
-        prefetches_issued=len(spec),
+        prefetches_issued=sum(1 for p in spec if not dropped(p)),
+        prefetches_dropped=sum(1 for p in spec if dropped(p)),
         prefetch_hits=sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT),
         wasted_tokens=wasted_tokens(spec),
         prompt_tokens=sum(s.prompt_tokens for s in steps),

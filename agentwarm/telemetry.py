@@ -224,12 +224,13 @@ OUTCOME_HIT = "hit"
 OUTCOME_WASTED = "wasted"
 """The prefill finished but its target was not taken."""
 OUTCOME_CANCELLED = "cancelled"
-"""The prefill was aborted before it finished (its target lost, or the run ended)."""
+"""The prefill was stopped before it finished: its target lost, the run ended, or admission gave
+its slot to a likelier prefill."""
 OUTCOME_FAILED = "failed"
 """The engine failed the prefill."""
 OUTCOME_DROPPED = "dropped"
-"""Admission refused the prefill (over the engine's speculative rate or budget) or preempted it
-for a likelier one: it never reached the engine, or was aborted there."""
+"""Admission refused the prefill (over the engine's speculative rate or budget): nothing of it
+reached the engine. Not counted as issued."""
 PREFILL_OUTCOMES = (OUTCOME_HIT, OUTCOME_WASTED, OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_DROPPED)
 
 KIND_SPECULATIVE = "speculative"

@@ -95,6 +95,8 @@ def render(
             f"{pct(summary['acceptance_ratio'])} ({summary['prefetch_hits']}/"
             f"{summary['prefetches_issued']})"
         )
+        if summary["prefetches_dropped"]:
+            parts.append(f"{summary['prefetches_dropped']} dropped by admission")
     parts.append(
         f"cached {summary['cached_tokens']}/{summary['prompt_tokens']} tok "
         f"({pct(summary['cached_tokens'] / prompt if prompt else None)})"

@@ -79,6 +79,9 @@ def _summary(st: TraceStats) -> Text:
         out.append(f"  ({st.prefetch_hits}/{st.prefetches_issued} speculative prefills used)\n")
     else:
         out.append(f"acceptance ratio  {NA}  (no speculative prefills)\n")
+    if st.prefetches_dropped:
+        out.append(f"dropped           {st.prefetches_dropped}")
+        out.append("  (speculative prefills refused by admission: over rate or budget)\n", "dim")
     out.append(f"wasted tokens     {st.wasted_tokens}\n")
     out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens\n")
     out.append(f"TTFT p50 / p95    {ms(st.ttft_p50_s)} / {ms(st.ttft_p95_s)} ms\n")
@@ -95,7 +98,7 @@ def _require_spans(
     st: TraceStats, data: TraceData, traces: list[Path], workflow: str | None
 ) -> None:
     """Nothing to report is the user's mistake (wrong file, wrong workflow name): exit 2."""
-    if st.steps or st.prefetches_issued:
+    if st.steps or st.prefetches_issued or st.prefetches_dropped:
         return
     where = f"{plural(len(traces), 'file')} ({plural(data.spans, 'span')} read)"
     if workflow is not None and (data.steps or data.prefills):

@@ -95,6 +95,23 @@ class Admission:
         that takes over its slot hold one slot)."""
         return self._slots
 
+    def may_admit(self, value: float) -> bool:
+        """Whether a request of expected value ``value`` could be admitted now, whatever its
+        size: false when the rate is spent or every slot is held by a request worth as much.
+        A false answer is counted as a drop (the caller drops the request without rendering
+        its prompt); a true one reserves nothing: :meth:`try_acquire` decides."""
+        level = self._level
+        if self.rate > 0:
+            level = min(self.burst, level + (self._clock() - self._stamp) * self.rate)
+        if level >= 1.0:
+            if self._slots < self.max_in_flight:
+                return True
+            victim = self._lowest()
+            if victim is not None and victim.value < value:
+                return True
+        self.dropped += 1
+        return False
+
     def try_acquire(
         self,
         *,

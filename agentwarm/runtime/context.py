@@ -71,6 +71,8 @@ class Context:
         t0 = time.perf_counter()
         first = scope.step.llm_calls == 0
         scope.step.llm_calls += 1
+        if first:
+            scope.lead_s = t0 - scope.started
         ids = run.renderer.prompt_ids(spec, text)
         await run.prefetcher.before_live(spec.name)
         tokens = max_tokens if max_tokens is not None else spec.max_tokens

@@ -41,6 +41,13 @@ class PrefetchPolicy(BaseModel):
     ``timing`` picks the moment (see :mod:`agentwarm.runtime.timing`): ``auto`` (default)
     speculates right after a step's first LLM call for nodes that call the LLM and at step start
     for nodes that do not; ``step_start`` and ``after_llm`` force one moment.
+
+    With ``warm_confirmed``, once a step has chosen its next node, that node's full known prefix
+    is sent at once (a *confirmed* warm-up, live priority, not speculation), unless a speculative
+    hit already sent the very same tokens, or the node has been seen to call the LLM within
+    ``warm_min_lead_s`` of its step start (the warm-up would reach the engine together with the
+    live request and only add a request). Nodes seen not to call the LLM are neither prefetched
+    nor warmed.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +63,7 @@ class PrefetchPolicy(BaseModel):
     prefill_timeout_s: float = Field(default=30.0, gt=0.0)
     timing: TimingMode = "auto"
     warm_confirmed: bool = True
+    warm_min_lead_s: float = Field(default=0.001, ge=0.0)
     refresh_after_llm: bool = True
     use_output_hints: bool = True
     guardrail_threshold: float = Field(default=0.7, ge=0.0, le=1.0)

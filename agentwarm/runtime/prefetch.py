@@ -112,6 +112,7 @@ class _Prefetch:
     record: PrefetchRecord
     span: trace.Span
     requests: list[_Request] = field(default_factory=list)
+    settled: bool = False
 
     @property
     def latest(self) -> _Request | None:
@@ -138,6 +139,8 @@ class StepScope:
     prefetches: dict[str, _Prefetch] = field(default_factory=dict)
     deferred: bool = False
     llm_calls: int = 0
+    lead_s: float | None = None
+    """When the step's first LLM call started (seconds after ``started``)."""
 
 
 class Prefetcher:
@@ -176,6 +179,10 @@ class Prefetcher:
         self._open: set[StepScope] = set()
         self._all: list[_Prefetch] = []
         self._confirmed: dict[str, _Prefetch] = {}
+        # Speculative hits that sent a node's whole known prefix (no confirmed warm-up needed):
+        # its live request waits for them on engines that cannot reuse an in-flight prefill.
+        self._covered: dict[str, asyncio.Task[PrefillResult | None]] = {}
+        self._unsettled: dict[_Prefetch, bool] = {}  # waiting for requests: hit or not
         self._background: set[asyncio.Task[Any]] = set()
         self.failures = 0
 
@@ -203,14 +210,26 @@ class Prefetcher:
             limits = self.guardrail.limits(self.policy)
             if limits.paused:
                 return
+            # A node seen not to call the LLM reads no prompt: it takes no candidate's place.
+            reads = self.timing.reads_prompt
+            predictions = [(n, p) for n, p in scope.predictions if n == END or reads(n)]
             chosen = choose_candidates(
-                scope.predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
+                predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
             )
             if hinted is not None and hinted not in {name for _, name, _ in chosen}:
                 chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
-            ranked = {name: (rank, p) for rank, name, p in chosen}
-            for name, ids in self._within_budget(ranked):
-                rank, p = ranked[name]
+            spent = 0
+            for rank, name, p in chosen:
+                if not self.admission.may_admit(p):
+                    # Refused whatever its size: dropped before its prompt is even rendered.
+                    self._start(scope, name, p, rank, None)
+                    continue
+                ids = self.renderer.prefix_ids(self.workflow.nodes[name])
+                if not ids:
+                    continue
+                if spent + len(ids) > self.budget:
+                    break
+                spent += len(ids)
                 self._start(scope, name, p, rank, ids)
         except Exception as exc:
             self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
@@ -242,7 +261,10 @@ class Prefetcher:
                 if pf is None:
                     p = dict(scope.predictions).get(target, 0.0)
                     self._start(scope, target, p, -1, ids)
-                elif pf.latest is None or len(ids) > pf.latest.ids_len:
+                elif pf.latest is None:  # dropped so far: admission may take it now
+                    if self._send(scope, pf, ids):
+                        self._instruments.record_issued(self.workflow.name)
+                elif len(ids) > pf.latest.ids_len:
                     old = pf.latest if pf.latest is not None and pf.latest.running else None
                     # The longer prefix supersedes the running request (and takes its slot);
                     # refused, the running one goes on.
@@ -283,19 +305,20 @@ class Prefetcher:
             for n in self.workflow.successors(scope.spec.name)
             if n != END
             and len(n) >= _MIN_HINT_LEN
+            and self.timing.reads_prompt(n)
             and re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)
         ]
         return named[0] if len(named) == 1 else None
 
     def _new_prefetch(
-        self, scope: StepScope, target: str, kind: str, p: float, rank: int, ids: list[int]
+        self, scope: StepScope, target: str, kind: str, p: float, rank: int, tokens: int
     ) -> _Prefetch:
         record = PrefetchRecord(
             target=target,
             probability=p,
             rank=rank,
             kind=kind,
-            tokens=len(ids),
+            tokens=tokens,
             issued_after_s=time.perf_counter() - scope.started,
         )
         speculative = kind == SPECULATIVE
@@ -307,7 +330,7 @@ class Prefetcher:
                 source=scope.spec.name,
                 target=target,
                 kind=kind,
-                tokens=len(ids),
+                tokens=tokens,
                 probability=p if speculative else None,
                 rank=rank if speculative else None,
             ),
@@ -318,11 +341,13 @@ class Prefetcher:
         return pf
 
     def _start(
-        self, scope: StepScope, target: str, p: float, rank: int, ids: list[int]
+        self, scope: StepScope, target: str, p: float, rank: int, ids: list[int] | None
     ) -> _Prefetch:
-        pf = self._new_prefetch(scope, target, SPECULATIVE, p, rank, ids)
+        """A speculative prefetch of ``target``; ``ids`` ``None``: refused by admission before
+        its prompt was rendered (recorded as dropped, with 0 tokens, when the step resolves)."""
+        pf = self._new_prefetch(scope, target, SPECULATIVE, p, rank, len(ids or ()))
         scope.prefetches[target] = pf
-        if self._send(scope, pf, ids):
+        if ids is not None and self._send(scope, pf, ids):
             self._instruments.record_issued(self.workflow.name)
         return pf
 
@@ -434,6 +459,10 @@ class Prefetcher:
             req.dropped = True
             assert req.task is not None
             req.task.cancel()
+            if req.ticket is not None:
+                # Its slot is free now (it never reached the engine): a request that took the
+                # slot over need not wait a loop turn for the cancellation.
+                self.admission.release(req.ticket)
         else:
             self._spawn(self._quiet_abort(req.rid))
 
@@ -459,11 +488,11 @@ class Prefetcher:
     def resolve(self, scope: StepScope, actual: Sequence[str]) -> set[str]:
         """The step chose ``actual``: settle every prefetch; return the targets that were hits.
 
-        Does not wait for the engine: losers are stopped and settled in the background.
+        Does not wait for the engine: losers are stopped and settled once their requests end.
         """
         self._open.discard(scope)
         if self.policy.enabled:
-            self.timing.observe(scope.spec.name, scope.llm_calls > 0)
+            self.timing.observe(scope.spec.name, scope.llm_calls > 0, scope.lead_s)
         # A prefetch that admission dropped is no hit (nothing of it reached the engine).
         hits: set[str] = {
             t for t, pf in scope.prefetches.items() if t in actual and not pf.failed and pf.requests
@@ -485,7 +514,7 @@ class Prefetcher:
             if target in hits:
                 pf.record.outcome = Outcome.HIT
                 self._instruments.record_hit(self.workflow.name)
-                self._spawn(self._settle(pf, hit=True))
+                self._settle(pf, hit=True)
             else:
                 self._drop(pf, kept)
         self._observe(scope, actual)
@@ -503,13 +532,41 @@ class Prefetcher:
         for req in pf.requests:
             if id(req) not in kept:
                 self._stop(req)
-        self._spawn(self._settle(pf, hit=False))
+        self._settle(pf, hit=False)
 
-    async def _settle(self, pf: _Prefetch, *, hit: bool) -> None:
-        """Wait for the prefetch's requests to end, then fix its outcome and end its span."""
+    def _settle(self, pf: _Prefetch, *, hit: bool) -> None:
+        """Fix ``pf``'s outcome and end its span once its requests have ended: now if they
+        have (no task, no wait), else from their done callbacks."""
         pending = [t for t in pf.tasks() if not t.done()]
-        if pending:
-            await asyncio.wait(pending)
+        if not pending:
+            self._finish(pf, hit=hit)
+            return
+        self._unsettled[pf] = hit
+        left = len(pending)
+
+        def one_done(_: object) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                self._finish(pf, hit=hit)
+
+        for task in pending:
+            task.add_done_callback(one_done)
+
+    def _finish(self, pf: _Prefetch, *, hit: bool) -> None:
+        """Final outcome, computed tokens and span end of ``pf`` (once; never raises)."""
+        if pf.settled:
+            return
+        pf.settled = True
+        self._unsettled.pop(pf, None)
+        try:
+            self._outcome(pf, hit=hit)
+        except Exception as exc:
+            self._swallow(exc, "settling the prefetch of %r", pf.record.target)
+        finally:
+            pf.span.end()
+
+    def _outcome(self, pf: _Prefetch, *, hit: bool) -> None:
         pf.record.computed_tokens = sum(
             r.result.computed_tokens for r in pf.requests if r.result is not None and r.credit is pf
         )
@@ -521,12 +578,12 @@ class Prefetcher:
             )
         elif hit:
             if not any(r.result is not None for r in pf.requests):
-                # Every request failed or was dropped: the cache never got this prefix.
-                pf.record.outcome = Outcome.FAILED
+                # Every request failed or was stopped: the cache never got this prefix.
+                pf.record.outcome = Outcome.FAILED if pf.failed else Outcome.CANCELLED
         else:
             if pf.failed:
                 pf.record.outcome = Outcome.FAILED
-            elif not pf.requests or (pf.latest is not None and pf.latest.preempted):
+            elif not pf.requests:  # admission refused it: nothing reached the engine
                 pf.record.outcome = Outcome.DROPPED
                 self._instruments.record_dropped(self.workflow.name)
             elif any(r.stopped for r in pf.requests):
@@ -537,7 +594,6 @@ class Prefetcher:
         pf.span.set_attribute(tm.AW_PREFILL_OUTCOME, pf.record.outcome or Outcome.FAILED)
         pf.span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, pf.record.computed_tokens)
         pf.span.set_attribute(tm.AW_PREFILL_TOKENS, pf.record.tokens)
-        pf.span.end()
 
     def _observe(self, scope: StepScope, actual: Sequence[str]) -> None:
         try:
@@ -559,43 +615,69 @@ class Prefetcher:
     def warm(self, scope: StepScope, target: str) -> None:
         """Send the actual next node's full known prefix at once (not speculation).
 
-        On engines that cannot reuse an in-flight prefill, the warm-up waits for a still-running
-        speculative hit of the same target, so no token is computed twice.
+        Not sent when it would add nothing: the node is seen not to call the LLM, or to call it
+        within ``warm_min_lead_s`` of its step start (the warm-up would reach the engine with
+        the live request), or a speculative hit already sent these very tokens. On engines that
+        cannot reuse an in-flight prefill, the warm-up (or the node's live request) waits for a
+        still-running speculative hit of the same target, so no token is computed twice.
         """
         if not (self.policy.enabled and self.policy.warm_confirmed) or target == END:
             return
         try:
+            if not self.timing.reads_prompt(target):
+                return
+            lead = self.timing.lead_s(target)
+            if lead is not None and lead < self.policy.warm_min_lead_s:
+                return
             ids = self.renderer.prefix_ids(self.workflow.nodes[target])
             if not ids:
                 return
-            after = None
             hit = scope.prefetches.get(target)
-            if not self.engine.supports_promotion and hit is not None and hit.latest is not None:
-                task = hit.latest.task
-                after = task if task is not None and not task.done() else None
-            pf = self._new_prefetch(scope, target, CONFIRMED, 1.0, 0, ids)
+            latest = hit.latest if hit is not None else None
+            after = None
+            # The transcript is append-only: a prefix of the same length is the same tokens.
+            same = latest is not None and latest.shareable and latest.ids_len == len(ids)
+            if latest is not None and latest.running:
+                if same:
+                    assert latest.task is not None
+                    if not self.engine.supports_promotion:
+                        self._covered[target] = latest.task
+                    return
+                if not self.engine.supports_promotion:
+                    after = latest.task
+            elif same and latest is not None and latest.result is not None:
+                return  # computed already: the prefix is cached
+            pf = self._new_prefetch(scope, target, CONFIRMED, 1.0, 0, len(ids))
             self._submit(pf, ids, Priority.LIVE, after=after)
             previous = self._confirmed.pop(target, None)
             if previous is not None:
-                self._spawn(self._settle(previous, hit=True))
+                self._settle(previous, hit=True)
             self._confirmed[target] = pf
         except Exception as exc:
             self._swallow(exc, "warming the prefix of %r", target)
 
     async def before_live(self, node: str) -> None:
         """Called before a node's live request: on engines that cannot reuse an in-flight
-        prefill, wait for the confirmed warm-up of this node so its work is not done twice."""
+        prefill, wait for the confirmed warm-up of this node (or the speculative hit that sent
+        its whole prefix) so its work is not done twice."""
+        covered = self._covered.pop(node, None)
         pf = self._confirmed.pop(node, None)
-        if pf is None:
-            return
-        self._spawn(self._settle(pf, hit=True))
-        latest = pf.latest
-        if self.engine.supports_promotion or latest is None or latest.task is None:
+        task = covered
+        if pf is not None:
+            self._settle(pf, hit=True)
+            latest = pf.latest
+            task = latest.task if latest is not None else None
+        if self.engine.supports_promotion or task is None or task.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(latest.task), self.policy.prefill_timeout_s)
+            await asyncio.wait_for(asyncio.shield(task), self.policy.prefill_timeout_s)
         except Exception:
-            log.debug("confirmed warm-up of %r did not finish; sending the request anyway", node)
+            log.debug("warm-up of %r did not finish; sending the request anyway", node)
+
+    def _pending(self) -> list[asyncio.Task[Any]]:
+        """Tasks the run's records still wait for: requests of unsettled prefetches, aborts."""
+        tasks = [t for pf in self._unsettled for t in pf.tasks() if not t.done()]
+        return [*tasks, *self._background]
 
     async def aclose(self) -> None:
         """Stop what is still running, settle every record and span (bounded wait)."""
@@ -610,21 +692,25 @@ class Prefetcher:
         for pf in self._confirmed.values():
             for req in pf.requests:
                 self._stop(req)
-            self._spawn(self._settle(pf, hit=True))
+            self._settle(pf, hit=True)
         self._confirmed.clear()
+        self._covered.clear()
         deadline = time.monotonic() + _CLOSE_WAIT_S
-        while self._background and (timeout := deadline - time.monotonic()) > 0:
-            await asyncio.wait(list(self._background), timeout=timeout)
-        if self._background:
+        while (pending := self._pending()) and (timeout := deadline - time.monotonic()) > 0:
+            await asyncio.wait(pending, timeout=timeout)
+        if self._pending():
             # Past the deadline: cancel the requests themselves (engines abort cancelled
-            # requests), then the settlements still waiting on them.
+            # requests), then the aborts still running.
             for pf in self._all:
                 for req in pf.requests:
                     if req.running:
                         assert req.task is not None
                         req.task.cancel()
-            await asyncio.wait(list(self._background), timeout=1.0)
+            await asyncio.wait(self._pending(), timeout=1.0)
             leftover = list(self._background)
             for t in leftover:
                 t.cancel()
             await asyncio.gather(*leftover, return_exceptions=True)
+        # Done callbacks of requests that ended last may not have run yet: settle here.
+        for pf, hit in list(self._unsettled.items()):
+            self._finish(pf, hit=hit)

@@ -90,6 +90,7 @@ async def test_admission_is_per_engine_and_released_with_it():
     e1, e2 = FakeEngine(), FakeEngine()
     assert admission_for(e1) is admission_for(e1)
     assert admission_for(e1) is not admission_for(e2)
+    gc.collect()  # engines of earlier tests that are garbage already go first
     before = len(adm._by_engine)
     del e1
     gc.collect()
@@ -149,5 +150,11 @@ async def test_confirmed_warm_ups_are_not_subject_to_admission(rate):
     result = await wf.run(
         "hi", engine=engine, state={"seed": 1}, policy=PrefetchPolicy(max_prefills_per_s=rate)
     )
-    confirmed = [p for s in result.steps for p in s.prefetches if not p.speculative]
-    assert confirmed and all(p.outcome == Outcome.HIT for p in confirmed)
+    first = result.steps[0]
+    (nxt,) = first.next
+    hit = [p for p in first.prefetches if p.speculative and p.outcome == Outcome.HIT]
+    confirmed = [p for p in first.prefetches if not p.speculative]
+    if hit:  # the one admitted prefetch was the winner: it sent the whole prefix already
+        assert rate > 0 and [p.target for p in hit] == [nxt] and confirmed == []
+    else:  # nothing speculative reached the engine: the confirmed warm-up goes out regardless
+        assert [(p.target, p.outcome) for p in confirmed] == [(nxt, Outcome.HIT)]
