@@ -7,11 +7,20 @@ prefix cache so their time-to-first-token shrinks to a short suffix.
 
 from __future__ import annotations
 
+from agentwarm._spec import END, START, NodeSpec
 from agentwarm.engines.base import Completion, Engine, PrefillResult, Priority
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.errors import AgentwarmError, GraphValidationError
-from agentwarm.graphs import END, START, NodeSpec, Workflow, WorkflowGraph, load_workflow, node
-from agentwarm.runtime import Context, PrefetchPolicy, RunResult, StepRecord
+from agentwarm.graphs import node
+from agentwarm.runtime import (
+    Context,
+    PrefetchPolicy,
+    RunResult,
+    StepRecord,
+    Workflow,
+    WorkflowGraph,
+    load_workflow,
+)
 
 __version__ = "0.1.0"
 

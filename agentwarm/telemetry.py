@@ -124,7 +124,6 @@ __all__ = (
     "SPAN_PREFILL",
     "SPAN_STEP",
     "SPAN_WORKFLOW",
-    "START",
     "STEP_HIT",
     "STEP_MISS",
     "STEP_NONE",
@@ -153,7 +152,6 @@ __all__ = (
 )
 
 TRACER_NAME = "agentwarm"
-START = "__start__"
 
 # --- span names -------------------------------------------------------------------------------
 SPAN_WORKFLOW = "invoke_workflow"
@@ -194,7 +192,7 @@ AW_RUN_END_STEPS = "agentwarm.run.end_steps"
 AW_STEP_INDEX = "agentwarm.step.index"
 """0-based index of the step within its run."""
 AW_STEP_FROM = "agentwarm.step.from"
-"""The previous step's node, or :data:`START` for a run's first step."""
+"""The previous step's node, or :data:`agentwarm._spec.START` for a run's first step."""
 AW_STEP_NODE = "agentwarm.step.node"
 AW_STEP_PREFETCHED = "agentwarm.step.prefetched"
 """True when this node was speculatively prefetched during the previous step (a branch hit)."""
@@ -326,9 +324,9 @@ def step_attributes(
 ) -> dict[str, AttributeValue]:
     """Attributes of an ``invoke_agent`` step span, known at its start.
 
-    ``from_node`` is the previous step's node (:data:`START` for the first step); ``prefetched``
-    and ``outcome`` (:data:`STEP_HIT` / :data:`STEP_MISS` / :data:`STEP_NONE`) describe what the
-    previous step speculatively prefilled.
+    ``from_node`` is the previous step's node (:data:`agentwarm._spec.START` for the first
+    step); ``prefetched`` and ``outcome`` (:data:`STEP_HIT` / :data:`STEP_MISS` /
+    :data:`STEP_NONE`) describe what the previous step speculatively prefilled.
     """
     return {
         GEN_AI_OPERATION_NAME: OP_INVOKE_AGENT,

@@ -44,8 +44,8 @@ from typing import Any
 
 from agentwarm import _jsonfile
 from agentwarm import telemetry as tm
+from agentwarm._spec import END, START
 from agentwarm.errors import ConfigError
-from agentwarm.graphs._node import END
 from agentwarm.summary import (
     PrefillLike,
     StepLike,
@@ -498,7 +498,7 @@ def compute_stats(
 
     ordered = sorted(
         edges.values(),
-        key=lambda e: (e.workflow, e.from_node != tm.START, e.from_node, -e.taken, e.to_node),
+        key=lambda e: (e.workflow, e.from_node != START, e.from_node, -e.taken, e.to_node),
     )
     workflows = sorted({s.workflow for s in steps} | {p.workflow for p in prefills})
     summary = summarize_steps(

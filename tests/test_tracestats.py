@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentwarm import telemetry as tm
+from agentwarm._spec import START
 from agentwarm.errors import ConfigError
 from agentwarm.tracestats import (
     acceptance_ratio,
@@ -41,7 +42,7 @@ def step(
         from_node=frm,
         node=node,
         prefetched=prefetched,
-        outcome="none" if frm == tm.START else ("hit" if prefetched else "miss"),
+        outcome="none" if frm == START else ("hit" if prefetched else "miss"),
     )
     attrs.update(tm.step_result_attributes(ttft_s=ttft, prompt_tokens=prompt, cached_tokens=cached))
     return span(tm.step_span_name(node), attrs, run)
@@ -95,7 +96,7 @@ def write(path: Path, records: list[dict[str, Any]]) -> Path:
 def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Three runs of workflow ``wf`` split over two files (see the expected numbers below)."""
     run1 = [
-        step("r1", 0, tm.START, "a", ttft=0.5, prompt=100, cached=0),
+        step("r1", 0, START, "a", ttft=0.5, prompt=100, cached=0),
         prefill("r1", "a", "b", tm.OUTCOME_HIT, 30),
         prefill("r1", "a", "c", tm.OUTCOME_WASTED, 20),
         step("r1", 1, "a", "b", prefetched=True, ttft=0.1, prompt=200, cached=150),
@@ -104,7 +105,7 @@ def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         step("r1", 2, "b", "c", ttft=0.4, prompt=300, cached=250),
     ]
     run2 = [
-        step("r2", 0, tm.START, "a", ttft=0.6),
+        step("r2", 0, START, "a", ttft=0.6),
         prefill("r2", "a", "b", tm.OUTCOME_WASTED, 25),
         step("r2", 1, "a", "c", ttft=0.3),
         prefill("r2", "c", "b", tm.OUTCOME_HIT, 5),
@@ -112,7 +113,7 @@ def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         step("r2", 2, "c", "b", prefetched=True, ttft=0.2),
     ]
     run3 = [
-        step("r3", 0, tm.START, "a", ttft=0.7),
+        step("r3", 0, START, "a", ttft=0.7),
         step("r3", 1, "a", "b", ttft=0.5),
         step("r3", 2, "b", "c"),  # no LLM call: no TTFT
     ]
@@ -215,7 +216,7 @@ def test_definitions_agree_with_the_runtime_summary() -> None:
 
 
 def test_bad_and_foreign_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
-    good = step("r1", 0, tm.START, "a", ttft=0.1)
+    good = step("r1", 0, START, "a", ttft=0.1)
     no_from = step("r1", 1, "a", "b")
     del no_from["attributes"][tm.AW_STEP_FROM]
     no_target = prefill("r1", "a", "b", tm.OUTCOME_HIT, 3)
@@ -303,9 +304,9 @@ def test_otlp_json_export_lines_are_understood(tmp_path: Path) -> None:
 
 def test_workflow_filter(tmp_path: Path) -> None:
     records = [
-        step("r1", 0, tm.START, "a", workflow="one"),
+        step("r1", 0, START, "a", workflow="one"),
         step("r1", 1, "a", "b", prefetched=True, workflow="one"),
-        step("r2", 0, tm.START, "x", workflow="two"),
+        step("r2", 0, START, "x", workflow="two"),
         step("r2", 1, "x", "y", workflow="two"),
     ]
     data = read_traces([write(tmp_path / "t.jsonl", records)])
@@ -327,7 +328,7 @@ def test_real_spans_roundtrip_through_the_jsonl_exporter(tmp_path: Path) -> None
     path = tmp_path / "t.jsonl"
     tracer = tm.get_tracer()
     with tm.configure(trace_file=path):
-        for index, (frm, node, hit) in enumerate([(tm.START, "a", False), ("a", "b", True)]):
+        for index, (frm, node, hit) in enumerate([(START, "a", False), ("a", "b", True)]):
             attrs = tm.step_attributes(
                 workflow="wf",
                 run_id="r",
@@ -338,7 +339,7 @@ def test_real_spans_roundtrip_through_the_jsonl_exporter(tmp_path: Path) -> None
                 outcome="x",
             )
             with tracer.start_as_current_span(tm.step_span_name(node), attributes=attrs) as sp:
-                if frm == tm.START:
+                if frm == START:
                     with tracer.start_as_current_span(
                         tm.SPAN_PREFILL,
                         attributes=tm.prefill_attributes(

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
+from agentwarm._spec import START
 from agentwarm.cli import app
 from agentwarm.tracestats import MAX_COUNT, read_traces
 from tests.test_tracestats import prefill, step
@@ -72,7 +73,7 @@ def _write(path: Path, records: list[dict[str, Any]]) -> Path:
 def test_bad_value_skips_the_span_with_its_line(
     tmp_path: Path, kind: str, key: str, value: Any, problem: str
 ) -> None:
-    first = step("r1", 0, tm.START, "a", ttft=0.25)
+    first = step("r1", 0, START, "a", ttft=0.25)
     path = _write(tmp_path / "t.jsonl", [first, _span(kind, key, value), step("r1", 2, "b", "c")])
     data = read_traces([path])
     assert [(p.line, p.message) for p in data.problems] == [(2, f"'{key}' {problem}")]
@@ -153,7 +154,7 @@ def _strict(text: str) -> Any:
 
 def test_stats_json_is_strict_json_and_skips_infinite_ttft(tmp_path: Path) -> None:
     records = [
-        step("r1", 0, tm.START, "a", ttft=0.25),
+        step("r1", 0, START, "a", ttft=0.25),
         _span("step", tm.AW_STEP_TTFT, math.inf),
         _span("step", tm.AW_STEP_TTFT, math.nan),
         _span("step", tm.AW_STEP_PROMPT_TOKENS, 1e308),
@@ -173,7 +174,7 @@ def test_stats_json_is_strict_json_and_skips_infinite_ttft(tmp_path: Path) -> No
 
 
 def test_stats_text_has_no_nan(tmp_path: Path) -> None:
-    records = [step("r1", 0, tm.START, "a", ttft=0.25), _span("step", tm.AW_STEP_TTFT, math.nan)]
+    records = [step("r1", 0, START, "a", ttft=0.25), _span("step", tm.AW_STEP_TTFT, math.nan)]
     path = _write(tmp_path / "t.jsonl", records)
     result = runner.invoke(app, ["stats", str(path)], env={"COLUMNS": "140"})
     assert result.exit_code == 0, result.output

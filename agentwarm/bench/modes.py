@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
+from agentwarm._spec import END
 from agentwarm.bench.metered import MeteredEngine, RequestRecord
 from agentwarm.bench.workload import SCRIPT_KEY, Episode, EpisodeScript, Workload
 from agentwarm.engines.base import Engine, EngineStats
-from agentwarm.graphs import END
 from agentwarm.predictors import Predictor, default_predictor
 from agentwarm.runtime import PrefetchPolicy, RunResult, WorkflowSession
 

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentwarm import _jsonfile
+from agentwarm._spec import END, START, NodeSpec
 from agentwarm.bench import prompts
 from agentwarm.data import load_trajectories
 from agentwarm.errors import ConfigError
-from agentwarm.graphs import END, START, NodeSpec, Workflow, WorkflowGraph, node
+from agentwarm.graphs import node
+from agentwarm.runtime.workflow import Workflow, WorkflowGraph
 
 if TYPE_CHECKING:
     from agentwarm.runtime import Context

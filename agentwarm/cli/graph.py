@@ -12,7 +12,6 @@ from rich.console import Console
 
 from agentwarm.cli._errors import cli_errors
 from agentwarm.errors import ConfigError
-from agentwarm.graphs import load_workflow
 from agentwarm.graphs.render import (
     GraphInfo,
     graph_info,
@@ -21,10 +20,11 @@ from agentwarm.graphs.render import (
     render_svg,
     render_text,
 )
+from agentwarm.runtime import load_workflow
 
 if TYPE_CHECKING:
-    from agentwarm.graphs import Workflow
     from agentwarm.predictors.base import Predictor
+    from agentwarm.runtime import Workflow
     from agentwarm.tracestats import TraceStats
 
 __all__ = ("Format", "graph", "learned_probabilities", "register")

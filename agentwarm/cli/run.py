@@ -26,9 +26,8 @@ from agentwarm.errors import (
     GraphValidationError,
     WorkflowError,
 )
-from agentwarm.graphs import Workflow, load_workflow
-from agentwarm.graphs._node import check_timeout
-from agentwarm.runtime import PrefetchPolicy, RunResult, summarize
+from agentwarm.graphs import check_timeout
+from agentwarm.runtime import PrefetchPolicy, RunResult, Workflow, load_workflow, summarize
 
 __all__ = ("register", "run")
 

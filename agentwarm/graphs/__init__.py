@@ -1,10 +1,14 @@
-"""Workflow graphs: ``@node`` steps, the ``WorkflowGraph`` builder, the compiled ``Workflow``."""
+"""Workflow graphs: ``@node`` steps, the builder, the validated graph, loading one from a file.
+
+Plain data and validation only; running a compiled graph is the runtime's part
+(:class:`agentwarm.Workflow`, built by :class:`agentwarm.WorkflowGraph`).
+"""
 
 from __future__ import annotations
 
-from agentwarm.graphs._builder import WorkflowGraph
-from agentwarm.graphs._node import END, START, NodeSpec, node
-from agentwarm.graphs._workflow import Workflow
-from agentwarm.graphs.load import load_workflow
+from agentwarm.graphs._builder import GraphBuilder
+from agentwarm.graphs._graph import CompiledGraph
+from agentwarm.graphs._node import check_timeout, node
+from agentwarm.graphs.load import load_graph
 
-__all__ = ("END", "START", "NodeSpec", "Workflow", "WorkflowGraph", "load_workflow", "node")
+__all__ = ("CompiledGraph", "GraphBuilder", "check_timeout", "load_graph", "node")

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Self
 
 import networkx as nx
 
+from agentwarm._spec import END, START, NodeSpec
 from agentwarm.errors import GraphValidationError
-from agentwarm.graphs._node import END, START, NodeSpec, check_timeout
-from agentwarm.graphs._workflow import Workflow
+from agentwarm.graphs._graph import CompiledGraph
+from agentwarm.graphs._node import check_timeout
 
-__all__ = ("WorkflowGraph",)
+__all__ = ("DEFAULT_MAX_STEPS", "GraphBuilder")
 
 DEFAULT_MAX_STEPS = 100
 
 
-class WorkflowGraph:
-    """Builder of a :class:`Workflow`.
+class GraphBuilder:
+    """Collects ``@node`` steps and validates them into a :class:`CompiledGraph`.
 
-    ::
+    Users build with :class:`agentwarm.WorkflowGraph`, the runtime's subclass whose
+    ``compile()`` returns a runnable :class:`agentwarm.Workflow`::
 
         wf = WorkflowGraph("support").add(triage, billing, refund).compile()
         wf = WorkflowGraph.from_module(my_module).compile()
@@ -31,7 +34,7 @@ class WorkflowGraph:
         self._nodes: dict[str, NodeSpec] = {}
 
     @classmethod
-    def from_module(cls, module: ModuleType, name: str | None = None) -> WorkflowGraph:
+    def from_module(cls, module: ModuleType, name: str | None = None) -> Self:
         """Collect every ``@node`` defined at the top level of ``module``, in definition order."""
         specs = [v for v in vars(module).values() if isinstance(v, NodeSpec)]
         if not specs:
@@ -42,7 +45,7 @@ class WorkflowGraph:
         default = str(getattr(module, "WORKFLOW_NAME", module.__name__.rsplit(".", 1)[-1]))
         return cls(name or default).add(*specs)
 
-    def add(self, *specs: NodeSpec) -> WorkflowGraph:
+    def add(self, *specs: NodeSpec) -> Self:
         for spec in specs:
             if not isinstance(spec, NodeSpec):
                 raise GraphValidationError(
@@ -62,8 +65,8 @@ class WorkflowGraph:
 
     def compile(
         self, *, max_steps: int = DEFAULT_MAX_STEPS, step_timeout_s: float | None = None
-    ) -> Workflow:
-        """Validate the graph and freeze it into a :class:`Workflow`.
+    ) -> CompiledGraph:
+        """Validate the graph into a :class:`CompiledGraph`.
 
         ``step_timeout_s`` limits every step of a node without its own ``@node(timeout_s=...)``
         (None: no limit); a step past it fails the run with
@@ -125,7 +128,7 @@ class WorkflowGraph:
             # A node with no declared successors can only end the workflow.
             graph.add_edge(n, END)
         assert START not in graph
-        return Workflow(
+        return CompiledGraph(
             name=self.name,
             nodes=dict(self._nodes),
             graph=graph,

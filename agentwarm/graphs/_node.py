@@ -2,53 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
+from agentwarm._spec import END, START, NodeFn, NodeSpec
 from agentwarm.errors import GraphValidationError
 
-if TYPE_CHECKING:
-    from agentwarm.runtime.context import Context
-
-__all__ = ("END", "START", "NodeFn", "NodeSpec", "check_timeout", "node")
-
-#: Return this (or list it in ``next``) to finish a workflow branch.
-END = "__end__"
-#: The virtual predecessor of the entry node (used in traces and predictor paths).
-START = "__start__"
-
-NodeResult = str | list[str] | tuple[str, ...] | None
-NodeFn = Callable[["Context"], Awaitable[NodeResult] | NodeResult]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    """A declared workflow step. Built by :func:`node`; plain data, compared by name.
-
-    ``system`` and ``tools`` form the static head of every prompt the node sends (DESIGN §3):
-    keep them free of timestamps and ids so they can be prefetched.
-    """
-
-    name: str
-    fn: NodeFn
-    system: str = ""
-    tools: tuple[dict[str, Any], ...] = ()
-    next: tuple[str, ...] = ()
-    entry: bool = False
-    join: bool = False
-    max_tokens: int = 64
-    timeout_s: float | None = None
-    module: str | None = field(default=None, compare=False)
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
-
-    def __call__(self, ctx: Context) -> Awaitable[NodeResult] | NodeResult:
-        return self.fn(ctx)
+__all__ = ("check_timeout", "node")
 
 
 def _check_next(name: str, next_: object) -> tuple[str, ...]:

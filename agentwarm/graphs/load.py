@@ -1,4 +1,7 @@
-"""Load a workflow from a Python file: ``path/to/file.py[:WORKFLOW]``."""
+"""Load a workflow graph from a Python file: ``path/to/file.py[:WORKFLOW]``.
+
+:func:`agentwarm.load_workflow` (the runtime's) wraps what this finds into a runnable workflow.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from agentwarm._spec import NodeSpec
 from agentwarm.errors import ConfigError, GraphValidationError
-from agentwarm.graphs._builder import WorkflowGraph
-from agentwarm.graphs._node import NodeSpec
-from agentwarm.graphs._workflow import Workflow
+from agentwarm.graphs._builder import GraphBuilder
+from agentwarm.graphs._graph import CompiledGraph
 
-__all__ = ("load_workflow",)
+__all__ = ("load_graph",)
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -44,26 +47,28 @@ def _collected_name(module: ModuleType, path: Path) -> str:
     return str(getattr(module, "WORKFLOW_NAME", path.stem))
 
 
-def _collect(module: ModuleType, path: Path) -> WorkflowGraph:
+def _collect(module: ModuleType, path: Path) -> GraphBuilder:
     if not any(isinstance(v, NodeSpec) for v in vars(module).values()):
         raise ConfigError(
             f"{path}: defines no @node functions and no workflow; decorate the workflow's "
             "steps with @node (from agentwarm import node)"
         )
     try:
-        return WorkflowGraph.from_module(module, name=_collected_name(module, path))
+        return GraphBuilder.from_module(module, name=_collected_name(module, path))
     except GraphValidationError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def load_workflow(spec: str | Path) -> Workflow:
-    """Compile the workflow named by ``spec``.
+def load_graph(spec: str | Path) -> CompiledGraph:
+    """Compile the workflow named by ``spec``; a compiled workflow found as is.
 
     ``spec`` is ``FILE.py`` or ``FILE.py:NAME``. ``NAME`` names a module attribute that is a
-    :class:`Workflow` or :class:`WorkflowGraph`, or such an object's ``name`` (what ``agentwarm
-    run`` prints). Without ``NAME``: the module's single ``Workflow`` attribute if it has exactly
-    one, else every top-level ``@node`` of the module, named by its ``WORKFLOW_NAME`` (default:
-    the file's stem), which ``NAME`` may also give.
+    compiled workflow (:class:`CompiledGraph`, such as :class:`agentwarm.Workflow`) or a builder
+    (:class:`GraphBuilder`, such as :class:`agentwarm.WorkflowGraph`, compiled by its own
+    ``compile()``), or such an object's ``name`` (what ``agentwarm run`` prints). Without
+    ``NAME``: the module's single such attribute if it has exactly one, else every top-level
+    ``@node`` of the module, named by its ``WORKFLOW_NAME`` (default: the file's stem), which
+    ``NAME`` may also give.
     """
     text = str(spec)
     name: str | None = None
@@ -75,8 +80,8 @@ def load_workflow(spec: str | Path) -> Workflow:
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; give the path of a Python file")
     module = _import_file(path)
-    found = {k: v for k, v in vars(module).items() if isinstance(v, Workflow | WorkflowGraph)}
-    obj: Workflow | WorkflowGraph
+    found = {k: v for k, v in vars(module).items() if isinstance(v, CompiledGraph | GraphBuilder)}
+    obj: CompiledGraph | GraphBuilder
     if name is not None:
         # NAME is an attribute, or the name a workflow reports (the one `agentwarm run` prints),
         # or the name the module's collected @node steps go by.
@@ -100,7 +105,7 @@ def load_workflow(spec: str | Path) -> Workflow:
         )
     else:
         obj = _collect(module, path)
-    workflow = obj.compile() if isinstance(obj, WorkflowGraph) else obj
+    workflow = obj.compile() if isinstance(obj, GraphBuilder) else obj
     samples = getattr(module, "INPUTS", None)
     if isinstance(samples, list | tuple) and all(isinstance(s, str) for s in samples):
         workflow.sample_inputs = tuple(samples)

@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, runtime_checkable
 
-__all__ = ("END", "START", "Mergeable", "Predictor", "rank", "support")
+# The shared words (defined in agentwarm._spec): END is the successor meaning "the run ends
+# here"; START is the entry node's virtual predecessor, which predictors pad paths with to learn
+# how runs start. Part of the predictor vocabulary, so listed in __all__.
+from agentwarm._spec import END, START
 
-#: Successor name meaning "the run ends here" (same string as :data:`agentwarm.graphs.END`).
-END = "__end__"
-#: Virtual predecessor of the entry node; predictors pad paths with it to learn how runs start.
-START = "__start__"
+__all__ = ("END", "START", "Mergeable", "Predictor", "rank", "support")
 
 
 @runtime_checkable

@@ -1,4 +1,5 @@
-"""Running workflows: the step loop, the per-step context, prefetching and its policy."""
+"""Running workflows: the runnable workflow, the step loop, the per-step context, prefetching
+and its policy."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.result import Outcome, PrefetchRecord, RunResult, StepRecord, summarize
 from agentwarm.runtime.session import WorkflowSession
 from agentwarm.runtime.transcript import Entry, Transcript
+from agentwarm.runtime.workflow import Workflow, WorkflowGraph, load_workflow
 
 __all__ = (
     "Context",
@@ -20,6 +22,9 @@ __all__ = (
     "RunResult",
     "StepRecord",
     "Transcript",
+    "Workflow",
+    "WorkflowGraph",
     "WorkflowSession",
+    "load_workflow",
     "summarize",
 )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentwarm.graphs._node import END
+from agentwarm._spec import END
 from agentwarm.runtime.timing import TimingMode
 
 __all__ = ("PrefetchPolicy", "choose_candidates")

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from agentwarm import telemetry as tm
+from agentwarm._spec import END, NodeSpec
 from agentwarm.engines.base import Engine, PrefillResult, PrefillStatus, Priority, new_rid
-from agentwarm.graphs._node import END, NodeSpec
 from agentwarm.runtime.admission import Admission, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
@@ -51,7 +51,7 @@ from agentwarm.runtime.result import CONFIRMED, SPECULATIVE, Outcome, PrefetchRe
 from agentwarm.runtime.timing import StepTiming
 
 if TYPE_CHECKING:
-    from agentwarm.graphs._workflow import Workflow
+    from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor
 
 __all__ = ("Prefetcher", "StepScope")
@@ -149,7 +149,7 @@ class Prefetcher:
     def __init__(
         self,
         *,
-        workflow: Workflow,
+        workflow: CompiledGraph,
         engine: Engine,
         renderer: PromptRenderer,
         predictor: Predictor,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from agentwarm._spec import NodeSpec
 from agentwarm.engines.base import Engine
-from agentwarm.graphs._node import NodeSpec
 from agentwarm.runtime.transcript import Entry, Transcript, header
 
 __all__ = ("PromptRenderer", "render_step_text", "render_system", "render_tools")

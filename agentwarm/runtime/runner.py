@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from opentelemetry import trace
 
 from agentwarm import telemetry as tm
+from agentwarm._spec import END, START, NodeSpec
 from agentwarm.engines.base import Engine, new_rid
 from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, StepTimeout, WorkflowError
-from agentwarm.graphs._node import END, START, NodeSpec
 from agentwarm.runtime.admission import admission_for
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
@@ -26,7 +26,7 @@ from agentwarm.runtime.result import RunResult, StepRecord
 from agentwarm.runtime.transcript import Transcript
 
 if TYPE_CHECKING:
-    from agentwarm.graphs._workflow import Workflow
+    from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor
     from agentwarm.runtime.guardrail import Guardrail
     from agentwarm.runtime.policy import PrefetchPolicy
@@ -138,7 +138,7 @@ class Run:
     def __init__(
         self,
         *,
-        workflow: Workflow,
+        workflow: CompiledGraph,
         engine: Engine,
         predictor: Predictor,
         guardrail: Guardrail,
@@ -160,8 +160,8 @@ class Run:
         self.renderer = PromptRenderer(engine, self.transcript)
         self.tracer = tm.get_tracer()
         self.instruments = tm.instruments()
-        self.provider = engine.provider_name
-        self.llm_span_kind = engine.span_kind
+        self.provider = getattr(engine, "provider_name", tm.PROVIDER_LOCAL)
+        self.llm_span_kind = getattr(engine, "span_kind", trace.SpanKind.INTERNAL)
         self.steps: list[StepRecord] = []
         self.path: list[str] = []
         self._predictor = predictor

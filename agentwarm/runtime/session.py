@@ -19,7 +19,7 @@ from agentwarm.runtime.timing import StepTiming
 
 if TYPE_CHECKING:
     from agentwarm.engines.base import Engine
-    from agentwarm.graphs._workflow import Workflow
+    from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor, PredictorStore
     from agentwarm.runtime.result import RunResult
 
@@ -40,7 +40,7 @@ class WorkflowSession:
 
     def __init__(
         self,
-        workflow: Workflow,
+        workflow: CompiledGraph,
         *,
         predictor: Predictor | None = None,
         state_dir: Path | str | None = None,

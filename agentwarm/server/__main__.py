@@ -6,8 +6,8 @@ import sys
 
 import typer
 
-from agentwarm.cli.serve import serve
 from agentwarm.errors import AgentwarmError
+from agentwarm.server.command import serve
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentwarm import END
 from agentwarm.bench import (
     MODES,
     BenchConfig,
@@ -24,7 +25,6 @@ from agentwarm.bench import (
 )
 from agentwarm.bench.workload import SCRIPT_KEY
 from agentwarm.engines.fake import FakeEngine
-from agentwarm.graphs import END
 from agentwarm.predictors import default_predictor
 
 SIZES = PromptSizes(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentwarm import END
 from agentwarm.bench import (
     Episode,
     PromptSizes,
@@ -19,7 +20,6 @@ from agentwarm.bench import (
 )
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.errors import ConfigError
-from agentwarm.graphs import END
 from agentwarm.runtime.prompt import render_system, render_tools
 
 ENC = FakeEngine().encode

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agentwarm import END, load_workflow
 from agentwarm import telemetry as tm
 from agentwarm.cli import app
-from agentwarm.graphs import END, load_workflow
 from agentwarm.predictors.markov import MarkovPredictor
 from agentwarm.predictors.store import PredictorStore
 

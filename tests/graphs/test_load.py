@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
+from agentwarm import load_workflow
 from agentwarm.errors import ConfigError, GraphValidationError
-from agentwarm.graphs import load_workflow
 
 MODULE = """
 from agentwarm import node, END, WorkflowGraph

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agentwarm import END, node
+from agentwarm import END, WorkflowGraph, node
 from agentwarm.errors import ConfigError
-from agentwarm.graphs import WorkflowGraph
 from agentwarm.graphs.render import (
     NO_DATA,
     graph_info,

@@ -65,7 +65,7 @@ def test_string_next_suggests_list():
 
 def test_tools_must_be_dicts():
     with pytest.raises(GraphValidationError, match="Node 'a': tool 'x' is not a dict"):
-        node(name="a", tools=["x"])(_noop)
+        node(name="a", tools=["x"])(_noop)  # type: ignore[list-item]
 
 
 def test_join_needs_two_predecessors():
@@ -97,9 +97,28 @@ def test_reserved_names_rejected():
         node(name=END)(_noop)
 
 
-def test_fingerprint_stable_and_sensitive():
-    a = node(name="a", entry=True, next=["b", END])(_noop)
-    b = node(name="b", next=[END])(_noop)
-    b2 = node(name="b", next=["a"])(_noop)
-    assert build(a, b).fingerprint == build(a, b).fingerprint
-    assert build(a, b).fingerprint != build(a, b2).fingerprint
+def test_node_spec_equal_by_value_hashed_by_name():
+    tools = [{"type": "function", "function": {"name": "t", "parameters": {}}}]
+    a = node(name="a", entry=True, next=[END], tools=tools)(_noop)
+    same = node(name="a", entry=True, next=[END], tools=tools)(_noop)
+    other = node(name="a", entry=True, next=["b"], tools=tools)(_noop)
+    assert a == same
+    assert a != other
+    assert hash(a) == hash(other) == hash("a")
+    assert {a, same, other} == {a, other}
+
+
+def test_graphs_compile_plain_data_and_workflow_graph_a_runnable_workflow():
+    from agentwarm import Workflow
+    from agentwarm.graphs import CompiledGraph, GraphBuilder
+
+    a = node(name="a", entry=True, next=[END])(_noop)
+    plain = GraphBuilder("wf").add(a).compile(max_steps=3)
+    assert type(plain) is CompiledGraph
+    assert not hasattr(plain, "run")
+    wf = build(a)
+    assert isinstance(wf, Workflow)
+    assert (wf.name, wf.entry, wf.successors("a")) == ("wf", "a", [END])
+    assert Workflow.of(wf) is wf
+    wrapped = Workflow.of(plain)
+    assert (wrapped.name, wrapped.max_steps, wrapped.nodes) == ("wf", 3, {"a": a})

@@ -53,10 +53,10 @@ def test_is_a_predictor_and_the_default() -> None:
     assert isinstance(default_predictor(), MarkovPredictor)
 
 
-def test_sentinels_match_the_graph_module() -> None:
-    from agentwarm import graphs
+def test_sentinels_are_the_shared_ones() -> None:
+    from agentwarm import _spec
 
-    assert (END, START) == (graphs.END, graphs.START)
+    assert (END, START) == (_spec.END, _spec.START)
 
 
 def test_top1_matches_the_true_most_likely_successor() -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from agentwarm import load_workflow
 from agentwarm.errors import PredictorStateError
-from agentwarm.graphs import load_workflow
 from agentwarm.predictors import (
     END,
     FirstOrderPredictor,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agentwarm.graphs import load_workflow
+from agentwarm import load_workflow
 from agentwarm.predictors import (
     END,
     FORMAT_VERSION,

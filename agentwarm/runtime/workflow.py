@@ -1,17 +1,21 @@
-"""The compiled, immutable workflow graph and its run entry points."""
+"""The runnable workflow: a compiled graph with its run entry points and learning sessions.
+
+:mod:`agentwarm.graphs` builds and validates graphs as plain data and knows nothing of running
+them; this module adds running on top: :class:`WorkflowGraph` is the graphs builder whose
+``compile()`` returns a :class:`Workflow`, and :func:`load_workflow` makes what a file defines
+runnable.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from agentwarm.errors import WorkflowError
-from agentwarm.graphs._node import END, NodeSpec
+from agentwarm.graphs import CompiledGraph, GraphBuilder, load_graph
+from agentwarm.graphs._builder import DEFAULT_MAX_STEPS
+from agentwarm.runtime.session import WorkflowSession
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -20,40 +24,29 @@ if TYPE_CHECKING:
     from agentwarm.predictors import Predictor
     from agentwarm.runtime.policy import PrefetchPolicy
     from agentwarm.runtime.result import RunResult
-    from agentwarm.runtime.session import WorkflowSession
 
-__all__ = ("Workflow",)
+__all__ = ("Workflow", "WorkflowGraph", "load_workflow")
 
 
 @dataclass(eq=False)
-class Workflow:
-    """A validated workflow: nodes, a ``networkx.DiGraph`` of declared transitions, one entry.
+class Workflow(CompiledGraph):
+    """A validated workflow that runs: :class:`~agentwarm.graphs.CompiledGraph` plus
+    :meth:`run`, :meth:`run_sync` and :meth:`session`.
 
-    Built by :meth:`WorkflowGraph.compile`; do not construct directly. The graph's nodes are the
-    node names plus ``END``; cycles are allowed and bounded at run time by ``max_steps``.
-    ``step_timeout_s`` is the time limit of a step whose node sets no ``timeout_s``.
+    Built by :meth:`WorkflowGraph.compile` (or :func:`load_workflow`); do not construct
+    directly.
     """
 
-    name: str
-    nodes: dict[str, NodeSpec]
-    graph: nx.DiGraph
-    entry: str
-    max_steps: int
-    step_timeout_s: float | None = None
-    sample_inputs: tuple[str, ...] = ()
-    _sessions: dict[tuple[int, str], WorkflowSession] = field(default_factory=dict, repr=False)
+    _sessions: dict[tuple[int, str], WorkflowSession] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
-    def successors(self, node: str) -> list[str]:
-        """Declared successors of ``node`` (may include ``END``), in declaration order."""
-        spec = self.nodes[node]
-        return list(spec.next) if spec.next else [END]
-
-    @property
-    def fingerprint(self) -> str:
-        """Stable hash of the node names and edges; learned state is tied to it."""
-        edges = sorted((u, v) for u, v in self.graph.edges)
-        blob = json.dumps({"nodes": sorted(self.nodes), "edges": edges})
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    @classmethod
+    def of(cls, graph: CompiledGraph) -> Workflow:
+        """``graph`` itself when it is a :class:`Workflow`, else a workflow of its data."""
+        if isinstance(graph, Workflow):
+            return graph
+        return cls(**{f.name: getattr(graph, f.name) for f in fields(CompiledGraph)})
 
     def session(
         self,
@@ -66,8 +59,6 @@ class Workflow:
         Runs with the same ``state_dir`` share one session in this process; learned state is
         loaded from and saved to ``state_dir`` when given.
         """
-        from agentwarm.runtime.session import WorkflowSession
-
         # One session per (predictor, state dir): the guardrail's history is kept across runs.
         # The session holds the predictor, so its id stays unique while the entry exists.
         key = (id(predictor) if predictor is not None else 0, str(state_dir or ""))
@@ -107,3 +98,26 @@ class Workflow:
         raise WorkflowError(
             "run_sync() was called inside a running event loop; use `await workflow.run(...)`"
         )
+
+
+class WorkflowGraph(GraphBuilder):
+    """Builder of a :class:`Workflow`: collect ``@node`` steps, then ``compile()``.
+
+    ::
+
+        wf = WorkflowGraph("support").add(triage, billing, refund).compile()
+        wf = WorkflowGraph.from_module(my_module).compile()
+    """
+
+    def compile(
+        self, *, max_steps: int = DEFAULT_MAX_STEPS, step_timeout_s: float | None = None
+    ) -> Workflow:
+        """Validate the graph into a runnable :class:`Workflow`; the checks and arguments are
+        :meth:`agentwarm.graphs.GraphBuilder.compile`'s."""
+        return Workflow.of(super().compile(max_steps=max_steps, step_timeout_s=step_timeout_s))
+
+
+def load_workflow(spec: str | Path) -> Workflow:
+    """The runnable workflow named by ``spec`` (``FILE.py`` or ``FILE.py:NAME``); see
+    :func:`agentwarm.graphs.load_graph` for how ``NAME`` and the file's contents are read."""
+    return Workflow.of(load_graph(spec))

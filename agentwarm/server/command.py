@@ -1,0 +1,97 @@
+"""The ``serve`` command: an engine over SGLang's native HTTP API (see :mod:`agentwarm.server`).
+
+One definition for both ways to start it: ``agentwarm serve`` (:mod:`agentwarm.cli.serve`
+registers it) and ``python -m agentwarm.server``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agentwarm.engines.base import Engine
+from agentwarm.server import ServerConfig, build_engine, run_server
+
+__all__ = ("serve",)
+
+
+def serve(
+    model: str = typer.Option(
+        "tiny", "--model", help="Preset name (tiny, small) or a local checkpoint directory."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs --api-key."
+    ),
+    port: int = typer.Option(30000, "--port", min=0, max=65535, help="TCP port; 0 picks one."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar="AGENTWARM_API_KEY",
+        help="Require 'Authorization: Bearer KEY' (not on /health and /metrics).",
+    ),
+    insecure_no_api_key: bool = typer.Option(
+        False,
+        "--insecure-no-api-key",
+        help="Serve a non-loopback --host without an API key (anyone who reaches it can use it).",
+    ),
+    max_request_bytes: int | None = typer.Option(
+        None,
+        "--max-request-bytes",
+        min=1024,
+        help="Larger bodies get HTTP 413. Default: 16 bytes per token of the model context "
+        "+ 64 KiB (192 KiB for 8,192 tokens), at most 8 MiB.",
+    ),
+    max_new_tokens: int = typer.Option(
+        4096, "--max-new-tokens", min=1, help="Largest sampling_params.max_new_tokens accepted."
+    ),
+    chunk_size: int | None = typer.Option(
+        None, "--chunk-size", min=1, help="Prefill chunk in tokens (abort/preemption points)."
+    ),
+    max_cached_tokens: int | None = typer.Option(
+        None, "--max-cached-tokens", min=0, help="Radix cache budget in tokens."
+    ),
+    engine: str = typer.Option(
+        "local", "--engine", help="local (embedded torch engine) or fake (cost model, for tests)."
+    ),
+    fake_seconds_per_token: float | None = typer.Option(
+        None, "--fake-seconds-per-token", min=0.0, help="--engine fake: prefill cost per token."
+    ),
+    fake_seconds_per_output_token: float | None = typer.Option(
+        None, "--fake-seconds-per-output-token", min=0.0, help="--engine fake: cost per output."
+    ),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve the embedded engine over SGLang's native API (/generate, /abort_request, /metrics...).
+
+    Prints 'agentwarm serve: listening on http://HOST:PORT' once it accepts connections.
+    """
+
+    def make_engine() -> Engine:
+        return build_engine(
+            engine,
+            model=model,
+            chunk_size=chunk_size,
+            max_cached_tokens=max_cached_tokens,
+            seconds_per_token=fake_seconds_per_token,
+            seconds_per_output_token=fake_seconds_per_output_token,
+        )
+
+    def ready(url: str) -> None:
+        typer.echo(f"agentwarm serve: listening on {url} (engine={engine}, model={model})")
+
+    config = ServerConfig(
+        api_key=api_key or None,
+        max_request_bytes=max_request_bytes,
+        max_new_tokens=max_new_tokens,
+        tokenizer_path=model if Path(model).is_dir() else None,
+    )
+    run_server(
+        make_engine,
+        host=host,
+        port=port,
+        config=config,
+        log_level=log_level,
+        on_ready=ready,
+        insecure_no_api_key=insecure_no_api_key,
+    )
