@@ -106,7 +106,6 @@ def _emit_run(tracer: object) -> None:
     ):
         with tracer.start_as_current_span(
             tm.llm_span_name("tiny"),
-            kind=SpanKind.CLIENT,
             attributes=tm.llm_request_attributes(
                 model="tiny",
                 provider=tm.PROVIDER_LOCAL,
@@ -141,6 +140,8 @@ def _emit_run(tracer: object) -> None:
 
 
 def test_spans_carry_names_and_required_attributes() -> None:
+    # The attribute builders' output. The LLM span's kind and provider are the engine's, set by
+    # the runtime: pinned on real engines in tests/test_llm_spans.py.
     with tm.capture_spans() as exporter:
         _emit_run(tm.get_tracer())
     spans = {s.name: s for s in exporter.get_finished_spans()}
@@ -184,7 +185,6 @@ def test_spans_carry_names_and_required_attributes() -> None:
         "gen_ai.usage.cache_read.input_tokens": 96,
         "gen_ai.response.finish_reasons": ("stop",),
     }
-    assert llm.kind is SpanKind.CLIENT
     assert dict(pre.attributes or {}) == {
         "agentwarm.workflow": "support",
         "agentwarm.run.id": "run-1",

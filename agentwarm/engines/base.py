@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from types import TracebackType
 
+from opentelemetry.trace import SpanKind
+
+from agentwarm import telemetry as tm
 from agentwarm.errors import ContextLengthExceeded
 
 __all__ = (
@@ -172,6 +175,11 @@ class Engine(ABC):
     """Abstract inference engine. See the module docstring for the rules implementations keep."""
 
     model_name: str = "unknown"
+    #: ``gen_ai.provider.name`` of this engine's ``text_completion`` spans (DESIGN §6).
+    provider_name: str = tm.PROVIDER_LOCAL
+    #: Kind of those spans: ``INTERNAL`` for an engine in this process, ``CLIENT`` for a remote
+    #: server (the span then stands for the request on the wire).
+    span_kind: SpanKind = SpanKind.INTERNAL
     #: True when a live request reuses an in-flight speculative prefill of its prefix (so the
     #: runtime need not wait for that prefill before sending the live request).
     supports_promotion: bool = False

@@ -103,7 +103,8 @@ class MultiWorkerEngine(Engine):
 
     ``workers`` are URLs (each becomes ``SGLangEngine(url, **engine_kwargs)``), engines, or a
     mapping of names to engines. ``encode``/``decode`` use the first worker whose tokenizer is
-    reachable (all workers must serve one model).
+    reachable (all workers must serve one model). ``provider_name`` and ``span_kind`` are the
+    workers' (ValueError when they differ).
     """
 
     def __init__(
@@ -136,6 +137,14 @@ class MultiWorkerEngine(Engine):
         first = named[0][1]
         self.model_name = first.model_name
         self.supports_promotion = all(e.supports_promotion for _, e in named)
+        kinds = {(e.provider_name, e.span_kind) for _, e in named}
+        if len(kinds) > 1:
+            raise ValueError(
+                "MultiWorkerEngine workers must be engines of one kind (one provider name and "
+                f"span kind), got {sorted((p, k.name) for p, k in kinds)}"
+            )
+        # The spans of a routed request are those of the worker that serves it.
+        self.provider_name, self.span_kind = kinds.pop()
 
     @classmethod
     async def from_urls(cls, urls: Sequence[str], **kwargs: Any) -> MultiWorkerEngine:

@@ -49,7 +49,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from agentwarm import telemetry as tm
 from agentwarm.engines.base import (
     Completion,
     Engine,
@@ -202,6 +204,8 @@ class SGLangEngine(Engine):
     """
 
     supports_promotion = False
+    provider_name = tm.PROVIDER_SGLANG
+    span_kind = SpanKind.CLIENT
 
     def __init__(
         self,

@@ -160,8 +160,8 @@ class Run:
         self.renderer = PromptRenderer(engine, self.transcript)
         self.tracer = tm.get_tracer()
         self.instruments = tm.instruments()
-        self.provider = getattr(engine, "provider_name", tm.PROVIDER_LOCAL)
-        self.llm_span_kind = getattr(engine, "span_kind", trace.SpanKind.INTERNAL)
+        self.provider = engine.provider_name
+        self.llm_span_kind = engine.span_kind
         self.steps: list[StepRecord] = []
         self.path: list[str] = []
         self._predictor = predictor

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+from opentelemetry.trace import SpanKind
 
+from agentwarm import telemetry as tm
 from agentwarm.engines.base import (
     Completion,
     Engine,
@@ -84,6 +86,8 @@ class LocalEngine(Engine):
     """
 
     supports_promotion = True
+    provider_name = tm.PROVIDER_LOCAL
+    span_kind = SpanKind.INTERNAL
 
     def __init__(
         self,
