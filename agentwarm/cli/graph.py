@@ -12,15 +12,16 @@ from rich.console import Console
 
 from agentwarm.cli._errors import cli_errors
 from agentwarm.errors import ConfigError
-from agentwarm.graphs.render import (
+from agentwarm.runtime import load_workflow
+from agentwarm.viz import (
     GraphInfo,
     graph_info,
     render_dot,
+    render_mermaid,
     render_png,
     render_svg,
     render_text,
 )
-from agentwarm.runtime import load_workflow
 
 if TYPE_CHECKING:
     from agentwarm.predictors.base import Predictor
@@ -33,12 +34,13 @@ __all__ = ("Format", "graph", "learned_probabilities", "register")
 class Format(StrEnum):
     TEXT = "text"
     DOT = "dot"
+    MERMAID = "mermaid"
     SVG = "svg"
     PNG = "png"
 
 
-_SUFFIXES = {".txt": Format.TEXT, ".dot": Format.DOT, ".gv": Format.DOT, ".svg": Format.SVG,
-             ".png": Format.PNG}  # fmt: skip
+_SUFFIXES = {".txt": Format.TEXT, ".dot": Format.DOT, ".gv": Format.DOT, ".mmd": Format.MERMAID,
+             ".svg": Format.SVG, ".png": Format.PNG}  # fmt: skip
 
 
 def learned_probabilities(
@@ -106,7 +108,11 @@ def graph(
     ] = None,
     fmt: Annotated[
         Format | None,
-        typer.Option("--format", "-f", help="text, dot, svg or png (default: from -o, else text)."),
+        typer.Option(
+            "--format",
+            "-f",
+            help="text, dot, mermaid, svg or png (default: from -o, else text).",
+        ),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file (png needs it).")
@@ -118,7 +124,7 @@ def graph(
             what = f"unknown extension {output.suffix!r}" if output.suffix else "no extension"
             raise ConfigError(
                 f"-o {output}: {what}; use {', '.join(_SUFFIXES)} "
-                "(or give --format text|dot|svg|png)"
+                f"(or give --format {'|'.join(Format)})"
             )
         workflow = load_workflow(target)
         kind = fmt or (_SUFFIXES.get(output.suffix.lower()) if output else None) or Format.TEXT
@@ -139,7 +145,8 @@ def graph(
         elif kind is Format.TEXT and output is None:
             Console(highlight=False).print(render_text(info))
         else:
-            body = {Format.TEXT: _as_text, Format.DOT: render_dot, Format.SVG: render_svg}[kind]
+            body = {Format.TEXT: _as_text, Format.DOT: render_dot, Format.MERMAID: render_mermaid,
+                    Format.SVG: render_svg}[kind]  # fmt: skip
             text = body(info)
             if output is None:
                 typer.echo(text, nl=False)

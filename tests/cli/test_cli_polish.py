@@ -207,8 +207,8 @@ def test_graph_output_with_an_unknown_extension_is_refused(tmp_path):
         result = _invoke("graph", str(EXAMPLE), "--state-dir", str(tmp_path), "-o", str(out))
         assert result.exit_code == 2
         assert result.stderr.splitlines() == [
-            f"error: -o {out}: {what}; use .txt, .dot, .gv, .svg, .png "
-            "(or give --format text|dot|svg|png)"
+            f"error: -o {out}: {what}; use .txt, .dot, .gv, .mmd, .svg, .png "
+            "(or give --format text|dot|mermaid|svg|png)"
         ]
         assert not out.exists()
     forced = tmp_path / "g.xyz"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -103,13 +104,44 @@ def test_svg_and_png_files(flow: Path, state_dir: Path, tmp_path: Path) -> None:
     svg = tmp_path / "g.svg"
     result = runner.invoke(app, ["graph", str(flow), "--state-dir", str(state_dir), "-o", str(svg)])
     assert result.exit_code == 0, result.output
-    assert svg.read_text().startswith("<svg ")
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"flow", "plan", "tool", "answer", "END", "0.39", "0.61", "1.00"} <= texts
     assert result.stderr == f"wrote {svg}\n"
-    pytest.importorskip("matplotlib")
+    printed = runner.invoke(app, ["graph", str(flow), "--state-dir", str(state_dir), "-f", "svg"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout == svg.read_text()
     png = tmp_path / "g.png"
     result = runner.invoke(app, ["graph", str(flow), "--state-dir", str(state_dir), "-o", str(png)])
     assert result.exit_code == 0, result.output
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.stderr == f"wrote {png}\n"
+
+
+def test_mermaid_with_traces(flow: Path, state_dir: Path, tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl")
+    args = ["graph", str(flow), "--state-dir", str(state_dir), "--trace", str(trace)]
+    result = runner.invoke(app, [*args, "--format", "mermaid"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:4] == ["---", "title: flow", "---", "flowchart TD"]
+    assert [line for line in lines if "->" in line] == [
+        "  start --> plan",
+        '  plan -->|"0.39 · 1/1"| tool',
+        '  plan -->|"0.61 · 0/1"| answer',
+        '  tool -->|"1.00 · 1/1"| plan',
+        '  answer -->|"1.00"| stop',
+    ]
+    assert '  plan["plan<br/>2 visits"]' in lines
+    assert "  linkStyle 1 stroke:#16a34a,stroke-width:3.71px" in lines  # 1/1 hits, P = 19/49
+    assert "  linkStyle 2 stroke:#dc2626,stroke-width:5.29px" in lines  # 0/1 hits, P = 30/49
+    assert result.stderr == ""
+    mmd = tmp_path / "g.mmd"
+    written = runner.invoke(app, [*args, "-o", str(mmd)])
+    assert written.exit_code == 0, written.output
+    assert mmd.read_text() == result.stdout
+    assert written.stderr == f"wrote {mmd}\n"
 
 
 def test_without_learned_state(flow: Path, tmp_path: Path) -> None:
