@@ -42,7 +42,6 @@ import contextlib
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -50,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 from opentelemetry.trace import SpanKind
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentwarm import telemetry as tm
 from agentwarm.engines.base import (
@@ -657,11 +657,16 @@ class SGLangEngine(Engine):
         return await self._get_info("/server_info", "/get_server_info")
 
     async def server_metrics(self) -> dict[str, float]:
-        """``GET /metrics`` parsed by :func:`parse_metrics`; empty when the server has none."""
+        """``GET /metrics`` parsed by :func:`parse_metrics`; empty when the server has none (or
+        answers something that is not Prometheus text, which is logged)."""
         resp = await self._request("GET", "/metrics")
         if resp.status_code != 200:
             return {}
-        return parse_metrics(resp.text)
+        try:
+            return parse_metrics(resp.text)
+        except ValueError as exc:
+            log.warning("%s/metrics is not Prometheus text (%s); ignoring it", self.url, exc)
+            return {}
 
     # ------------------------------------------------------------------ internals
 
@@ -1017,30 +1022,16 @@ def _error_message(resp: httpx.Response) -> str:
     return json.dumps(data)[:300]
 
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
-)
-
-
 def parse_metrics(text: str) -> dict[str, float]:
     """Sum each metric's samples over all label sets in Prometheus text exposition format.
 
-    Histogram and summary series keep their suffixed names (``_bucket``, ``_sum``,
-    ``_count``); ``NaN`` samples are skipped.
+    Parsed by ``prometheus_client``'s text parser. Samples keep their series names (a counter's
+    ``_total``; a histogram's or summary's ``_bucket``, ``_sum``, ``_count``); ``NaN`` samples
+    are skipped. Raises ``ValueError`` when ``text`` is not in the exposition format.
     """
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        totals[match["name"]] = totals.get(match["name"], 0.0) + value
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not math.isnan(sample.value):
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals

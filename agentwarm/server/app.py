@@ -548,8 +548,8 @@ class _Server:
         return JSONResponse([{**load, "num_tokens": tokens}])
 
     async def render_metrics(self, request: Request) -> Response:
-        text = self.metrics.render(await self._stats(), len(self.inflight))
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        body = self.metrics.render(await self._stats(), len(self.inflight))
+        return Response(body, media_type=self.metrics.content_type)
 
     async def tokenize(self, request: Request) -> Response:
         try:

@@ -26,15 +26,27 @@ rate of the work done however many requests are aborted. Names:
 ``agentwarm:cache_tokens``             same as ``sglang:num_used_tokens``
 ``agentwarm:evicted_tokens_total``     tokens the engine evicted
 =====================================  ====================================================
+
+The text is written by ``prometheus_client`` (:func:`~prometheus_client.generate_latest`, the
+0.0.4 text format its own exporters answer by default) from the families :class:`ServerMetrics`
+yields as a custom collector, so that the series are exactly SGLang's names above (a
+``prometheus_client.Counter`` would add a ``_created`` series to each counter).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from typing import ClassVar
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agentwarm.engines.base import EngineStats
 
 __all__ = ("ServerMetrics",)
+
+_LABELS = ("model_name",)
 
 _COUNTERS: dict[str, str] = {
     "sglang:num_requests_total": "Number of requests processed.",
@@ -47,12 +59,22 @@ _COUNTERS: dict[str, str] = {
 }
 
 
-@dataclass
 class ServerMetrics:
-    """Counters of one server; the server's event loop is their only writer."""
+    """Counters of one server and the collector of its ``/metrics``.
 
-    model_name: str
-    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0))
+    The server's event loop is the only writer of ``counters`` and the only caller of
+    :meth:`render`; ``registry`` holds this collector alone.
+    """
+
+    #: ``Content-Type`` of :meth:`render`'s text (Prometheus text format 0.0.4).
+    content_type: ClassVar[str] = CONTENT_TYPE_PLAIN_0_0_4
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._scrape: tuple[EngineStats | None, int] = (None, 0)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
     def record(
         self,
@@ -75,46 +97,62 @@ class ServerMetrics:
         c["agentwarm:prefill_requests_total"] += prefill_only
         c["agentwarm:computed_tokens_total"] += computed_tokens
 
-    def render(self, stats: EngineStats | None, running: int) -> str:
-        """The exposition text; ``stats`` is ``None`` when the engine could not report."""
-        label = '{model_name="' + _escape(self.model_name) + '"}'
-        out: list[str] = []
+    def render(self, stats: EngineStats | None, running: int) -> bytes:
+        """The exposition (:attr:`content_type`); ``stats`` is ``None`` when the engine could
+        not report, ``running`` the requests in flight."""
+        self._scrape = (stats, running)
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._scrape = (None, 0)
 
-        def sample(name: str, kind: str, doc: str, value: float) -> None:
-            out.append(f"# HELP {name} {doc}")
-            out.append(f"# TYPE {name} {kind}")
-            out.append(f"{name}{label} {float(value)}")
-
+    def collect(self) -> Iterator[Metric]:
+        """The metric families of the scrape :meth:`render` is writing."""
+        stats, running = self._scrape
         for name, doc in _COUNTERS.items():
-            sample(name, "counter", doc, self.counters[name])
-        sample("sglang:num_running_reqs", "gauge", "The number of running requests.", running)
-        if stats is not None:
-            if stats.capacity_tokens is not None:
-                sample(
-                    "sglang:max_total_num_tokens",
-                    "gauge",
-                    "Maximum total number of tokens in the KV cache pool.",
-                    stats.capacity_tokens,
-                )
-            sample(
-                "sglang:num_used_tokens", "gauge", "The number of used tokens.", stats.cached_tokens
+            yield self._family(CounterMetricFamily, name, doc, self.counters[name])
+        yield self._family(
+            GaugeMetricFamily, "sglang:num_running_reqs", "The number of running requests.", running
+        )
+        if stats is None:
+            return
+        if stats.capacity_tokens is not None:
+            yield self._family(
+                GaugeMetricFamily,
+                "sglang:max_total_num_tokens",
+                "Maximum total number of tokens in the KV cache pool.",
+                stats.capacity_tokens,
             )
-            rate = stats.hit_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0
-            sample("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", rate)
-            sample(
-                "agentwarm:cache_tokens",
-                "gauge",
-                "Tokens held in the prefix cache.",
-                stats.cached_tokens,
-            )
-            sample(
-                "agentwarm:evicted_tokens_total",
-                "counter",
-                "Tokens evicted from the prefix cache.",
-                stats.evicted_tokens,
-            )
-        return "\n".join(out) + "\n"
+        yield self._family(
+            GaugeMetricFamily,
+            "sglang:num_used_tokens",
+            "The number of used tokens.",
+            stats.cached_tokens,
+        )
+        rate = stats.hit_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0
+        yield self._family(
+            GaugeMetricFamily, "sglang:cache_hit_rate", "The prefix cache hit rate.", rate
+        )
+        yield self._family(
+            GaugeMetricFamily,
+            "agentwarm:cache_tokens",
+            "Tokens held in the prefix cache.",
+            stats.cached_tokens,
+        )
+        yield self._family(
+            CounterMetricFamily,
+            "agentwarm:evicted_tokens_total",
+            "Tokens evicted from the prefix cache.",
+            stats.evicted_tokens,
+        )
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    def _family(
+        self,
+        kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+        name: str,
+        doc: str,
+        value: float,
+    ) -> Metric:
+        family = kind(name, doc, labels=_LABELS)
+        family.add_metric([self.model_name], float(value))
+        return family
