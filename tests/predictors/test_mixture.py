@@ -4,13 +4,10 @@ online mixture weights; persistence of the expert state."""
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from agentwarm.predictors import END, MarkovPredictor, default_predictor
 from agentwarm.predictors._features import CAP, FEATURES, key
@@ -143,42 +140,6 @@ def test_fixed_share_keeps_every_weight_above_its_floor() -> None:
     assert frozen.weights["markov"] < 1e-6
 
 
-def test_predict_does_not_learn() -> None:
-    model = default_predictor()
-    train(model, supervisor_runs(10, seed=1))
-    before = model.to_dict()
-    model.predict(["sup", "a", "sup"], candidates=["a", "b", "new"])
-    model.predict(["unknown"])
-    model.predict([])
-    assert model.to_dict() == before
-
-
-def test_round_trip_predicts_and_learns_identically() -> None:
-    model = MarkovPredictor(
-        2,
-        half_life=30,
-        features=["visited", "run"],
-        recent_half_life=4,
-        share=0.05,
-        max_contexts=50,
-    )
-    train(model, supervisor_runs(40, seed=2) + [FIVE_READS] * 5)
-    copy = MarkovPredictor.from_dict(json.loads(json.dumps(model.to_dict())))
-    assert copy.experts == ("markov", "recent", "visited", "run")
-    assert (copy.recent_half_life, copy.share, copy.max_contexts) == (4.0, 0.05, 50)
-    assert copy.weights == model.weights
-    for run in [*supervisor_runs(10, seed=3), FIVE_READS]:
-        for i in range(len(run) + 1):
-            assert copy.predict(run[:i]) == model.predict(run[:i])
-            candidates = ["a", "sup", "read", END, "x"]
-            assert copy.predict(run[:i], candidates=candidates) == model.predict(
-                run[:i], candidates=candidates
-            )
-    train(copy, [FIVE_READS])
-    train(model, [FIVE_READS])
-    assert copy.to_dict() == model.to_dict()
-
-
 def test_data_without_expert_fields_is_a_plain_markov_model() -> None:
     plain = MarkovPredictor()
     train(plain, [THREE_TESTS] * 3)
@@ -276,50 +237,3 @@ def test_from_dict_rejects_bad_expert_state(patch: dict[str, object], message: s
 def test_bad_expert_configuration_is_rejected(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         MarkovPredictor(**kwargs)  # type: ignore[arg-type]
-
-
-names = st.sampled_from(["a", "b", "c", "d", END])
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    transitions=st.lists(st.tuples(st.lists(names, max_size=8), names), max_size=40),
-    path=st.lists(names, max_size=8),
-    candidates=st.one_of(st.none(), st.lists(names, min_size=1, max_size=5)),
-    max_order=st.integers(0, 4),
-    features=st.lists(st.sampled_from(FEATURES), unique=True),
-    recent=st.one_of(st.none(), st.floats(0.5, 50.0)),
-    max_contexts=st.one_of(st.none(), st.integers(1, 6)),
-)
-def test_mixture_predictions_are_distributions(
-    transitions: list[tuple[list[str], str]],
-    path: list[str],
-    candidates: list[str] | None,
-    max_order: int,
-    features: list[str],
-    recent: float | None,
-    max_contexts: int | None,
-) -> None:
-    model = MarkovPredictor(
-        max_order,
-        half_life=3.0,
-        features=features,
-        recent_half_life=recent,
-        max_contexts=max_contexts,
-    )
-    for p, nxt in transitions:
-        model.observe(p, nxt)
-    assert math.isclose(sum(model.weights.values()), 1.0)
-    ranked = model.predict(path, candidates=candidates)
-    if candidates is not None:
-        assert set(dict(ranked)) == set(candidates)
-        assert len(ranked) == len(set(candidates))
-    elif not transitions:
-        assert ranked == []
-    if ranked:
-        probs = [p for _, p in ranked]
-        assert math.isclose(sum(probs), 1.0)
-        assert all(p > 0.0 for p in probs)
-        assert probs == sorted(probs, reverse=True)
-    copy = MarkovPredictor.from_dict(json.loads(json.dumps(model.to_dict())))
-    assert copy.predict(path, candidates=candidates) == ranked

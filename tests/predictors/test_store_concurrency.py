@@ -160,12 +160,6 @@ def test_unusable_file_found_on_save_is_set_aside(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("support.corrupt-*.json"))) == 1
 
 
-def test_merge_refuses_another_configuration() -> None:
-    mine, other = MarkovPredictor(max_order=2), MarkovPredictor(max_order=3)
-    with pytest.raises(ValueError, match="another configuration"):
-        mine.merged(other, None)
-
-
 # --- two real processes ---------------------------------------------------------------------
 
 #: A workflow whose first step waits, once per process, until both processes have started
