@@ -15,7 +15,7 @@ from rich.table import Table
 from agentwarm._fmt import NA, ms, pct, plural
 from agentwarm.errors import AgentwarmError, EngineError, EngineUnavailable
 from agentwarm.runtime import RunResult, summarize
-from agentwarm.runtime.runner import SYNC_THREAD_PREFIX
+from agentwarm.runtime.node_call import SYNC_THREAD_PREFIX
 
 __all__ = ("Failure", "interrupted", "render", "report_failures")
 

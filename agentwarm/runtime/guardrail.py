@@ -4,6 +4,10 @@ The guardrail watches the *branch hit rate* (was the actual next node among the 
 policy would prefetch?), not the per-prefetch acceptance ratio, which top-N caps at 1/N. Every
 transition is scored, whether or not speculation was running, so a paused workflow notices when
 its predictions recover.
+
+The guardrail holds only what it learned (the EWMA and the level, shared by a workflow's runs);
+the policy is the caller's, passed where it is used, so concurrent runs with different policies
+never change each other's.
 """
 
 from __future__ import annotations
@@ -40,14 +44,15 @@ class Guardrail:
     ``policy.hysteresis`` above it.
     """
 
-    def __init__(self, policy: PrefetchPolicy | None = None) -> None:
-        self.policy = policy or PrefetchPolicy()
+    def __init__(self) -> None:
         self.ewma = 1.0
         self.level = Level.NORMAL
         self.observations = 0
 
-    def observe(self, hit: bool) -> Level:
-        p = self.policy
+    def observe(self, hit: bool, policy: PrefetchPolicy) -> Level:
+        """Score one transition (``hit``: the actual next node was among the candidates) with
+        ``policy``'s EWMA weight and bounds; the new level."""
+        p = policy
         self.observations += 1
         self.ewma += p.ewma_alpha * ((1.0 if hit else 0.0) - self.ewma)
         if self.ewma < p.pause_below:
@@ -61,8 +66,9 @@ class Guardrail:
             self.level = Level.CAUTIOUS
         return self.level
 
-    def limits(self, policy: PrefetchPolicy | None = None) -> Limits:
-        p = policy or self.policy
+    def limits(self, policy: PrefetchPolicy) -> Limits:
+        """What ``policy`` allows at the current level."""
+        p = policy
         if not p.enabled or self.level is Level.PAUSED:
             return Limits(top_n=0, min_p=1.0, paused=True)
         if self.level is Level.CAUTIOUS:

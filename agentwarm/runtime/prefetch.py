@@ -128,19 +128,24 @@ class _Prefetch:
 
 @dataclass(eq=False)
 class StepScope:
-    """The prefetcher's view of one running step."""
+    """The prefetcher's view of one running step (made by the run).
+
+    ``step`` is read here, never written: the run writes it (``step.llm_calls`` is the one count
+    of the step's LLM calls). ``records`` is where this step's prefetch records go, in the order
+    they are issued: the run lends its ``StepRecord.prefetches`` list.
+    """
 
     step: StepRecord
     spec: NodeSpec
     path: tuple[str, ...]
     state: Mapping[str, Any]
+    records: list[PrefetchRecord]
     started: float = field(default_factory=time.perf_counter)
     predictions: list[tuple[str, float]] = field(default_factory=list)
     prefetches: dict[str, _Prefetch] = field(default_factory=dict)
     deferred: bool = False
-    llm_calls: int = 0
     lead_s: float | None = None
-    """When the step's first LLM call started (seconds after ``started``)."""
+    """When the step's first LLM call started (seconds after ``started``; set by the run)."""
 
 
 class Prefetcher:
@@ -242,8 +247,6 @@ class Prefetcher:
         With ``use_output_hints``, a declared successor named (as a word) in an LLM call's
         output is added as a candidate: the step's own output often names the next tool.
         """
-        if after_llm:
-            scope.llm_calls += 1
         if scope.deferred:
             if after_llm:
                 scope.deferred = False
@@ -335,7 +338,7 @@ class Prefetcher:
                 rank=rank if speculative else None,
             ),
         )
-        scope.step.prefetches.append(record)
+        scope.records.append(record)
         pf = _Prefetch(record=record, span=span)
         self._all.append(pf)
         return pf
@@ -492,7 +495,7 @@ class Prefetcher:
         """
         self._open.discard(scope)
         if self.policy.enabled:
-            self.timing.observe(scope.spec.name, scope.llm_calls > 0, scope.lead_s)
+            self.timing.observe(scope.spec.name, scope.step.llm_calls > 0, scope.lead_s)
         # A prefetch that admission dropped is no hit (nothing of it reached the engine).
         hits: set[str] = {
             t for t, pf in scope.prefetches.items() if t in actual and not pf.failed and pf.requests
@@ -606,7 +609,7 @@ class Prefetcher:
                 top = choose_candidates(
                     scope.predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p
                 )
-                self.guardrail.observe(any(a in {name for _, name, _ in top} for a in real))
+                self.guardrail.observe(any(a in {name for _, name, _ in top} for a in real), p)
         except Exception as exc:
             self._swallow(exc, "updating the predictor after step %r", scope.spec.name)
 

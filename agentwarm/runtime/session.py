@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentwarm.errors import PredictorStateError
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
-from agentwarm.runtime.runner import Run
+from agentwarm.runtime.run import Run
 from agentwarm.runtime.timing import StepTiming
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class WorkflowSession:
 
         self.workflow = workflow
         self.policy = policy or PrefetchPolicy()
-        self.guardrail = Guardrail(self.policy)
+        self.guardrail = Guardrail()
         self.timing = StepTiming()
         self.store: PredictorStore | None = None
         if state_dir is not None:
@@ -87,16 +87,13 @@ class WorkflowSession:
         namespace: str = "",
         run_id: str | None = None,
     ) -> RunResult:
-        policy = policy or self.policy
-        if policy is not self.guardrail.policy:
-            self.guardrail.policy = policy
         run = Run(
             workflow=self.workflow,
             engine=engine,
             predictor=self.predictor,
             guardrail=self.guardrail,
             timing=self.timing,
-            policy=policy,
+            policy=policy or self.policy,
             input=input,
             state=state,
             namespace=namespace,

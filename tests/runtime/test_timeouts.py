@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm.cli import app
 from agentwarm.errors import GraphValidationError, StepTimeout
-from agentwarm.runtime.runner import SYNC_THREAD_PREFIX
+from agentwarm.runtime.node_call import SYNC_THREAD_PREFIX
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,13 +1,13 @@
-"""The step loop of one workflow run."""
+"""One workflow run: the step loop, every live LLM call, and every ``StepRecord`` write.
+
+Node functions reach their run only through :class:`~agentwarm.runtime.context.RunPort`
+(:meth:`Run.llm`, :meth:`Run.transcript_grew`), which :class:`Run` satisfies.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import inspect
 import logging
-import threading
 import time
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -15,11 +15,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from opentelemetry import trace
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import END, START, NodeSpec
-from agentwarm.engines.base import Engine, new_rid
-from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, StepTimeout, WorkflowError
+from agentwarm._spec import END, START
+from agentwarm.engines.base import Completion, Engine, Priority, new_rid
+from agentwarm.errors import (
+    ContextLengthExceeded,
+    EngineError,
+    MaxStepsExceeded,
+    NodeError,
+    WorkflowError,
+)
 from agentwarm.runtime.admission import admission_for
 from agentwarm.runtime.context import Context
+from agentwarm.runtime.node_call import call_node, timed_out
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
 from agentwarm.runtime.prompt import PromptRenderer
 from agentwarm.runtime.result import RunResult, StepRecord
@@ -32,10 +39,7 @@ if TYPE_CHECKING:
     from agentwarm.runtime.policy import PrefetchPolicy
     from agentwarm.runtime.timing import StepTiming
 
-__all__ = ("SYNC_THREAD_PREFIX", "Run")
-
-#: Name prefix of the thread a sync node runs in (followed by the node's name).
-SYNC_THREAD_PREFIX = "agentwarm-node:"
+__all__ = ("Run",)
 
 log = logging.getLogger(__name__)
 
@@ -75,57 +79,6 @@ async def _all_or_cancel(coros: list[Coroutine[Any, Any, list[_Arrival]]]) -> li
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _call_node(spec: NodeSpec, ctx: Context) -> object:
-    """Call a node function: ``async def`` on the loop, a plain function in its own daemon
-    thread (the loop keeps prefetching meanwhile). A cancelled or timed-out sync node's thread
-    cannot be stopped: it is abandoned, and being a daemon it never holds up the process's exit
-    (the default executor's threads would, after Ctrl-C)."""
-    if spec.is_async:
-        return await spec.fn(ctx)  # type: ignore[misc]
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[object] = loop.create_future()
-    context = contextvars.copy_context()  # keeps the step's span current in the thread
-
-    def settle(value: object, error: BaseException | None) -> None:
-        if future.done():  # the step was cancelled or timed out meanwhile
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-    def target() -> None:
-        value: object = None
-        error: BaseException | None = None
-        try:
-            value = context.run(spec.fn, ctx)
-        except BaseException as exc:  # handed to the awaiting step, re-raised there
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
-            loop.call_soon_threadsafe(settle, value, error)
-
-    threading.Thread(target=target, name=f"{SYNC_THREAD_PREFIX}{spec.name}", daemon=True).start()
-    result = await future
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-def _timed_out(spec: NodeSpec, limit: float) -> StepTimeout:
-    where = (
-        "its @node(timeout_s=...)"
-        if spec.timeout_s is not None
-        else "the workflow's step_timeout_s / --step-timeout"
-    )
-    abandoned = "" if spec.is_async else "; its thread (a sync node) is abandoned, still running"
-    return StepTimeout(
-        f"Node '{spec.name}' ran past the step time limit of {limit:g} s ({where}); the run "
-        f"was stopped and the step's prefetches cancelled{abandoned}",
-        node=spec.name,
-        limit_s=limit,
-    )
 
 
 class Run:
@@ -264,7 +217,9 @@ class Run:
         )
         self.steps.append(record)
         self.path.append(node)
-        scope = StepScope(step=record, spec=spec, path=path, state=self.state)
+        scope = StepScope(
+            step=record, spec=spec, path=path, state=self.state, records=record.prefetches
+        )
         t0 = time.perf_counter()
         with self.tracer.start_as_current_span(
             tm.step_span_name(node),
@@ -296,7 +251,7 @@ class Run:
                 deadline = asyncio.timeout(limit)
                 try:
                     async with deadline:
-                        result = await _call_node(spec, ctx)
+                        result = await call_node(spec, ctx)
                 except (WorkflowError, EngineError) as exc:
                     # Engine failures of live requests keep their type (EngineUnavailable, ...);
                     # the step's node is attached for the error report.
@@ -308,7 +263,7 @@ class Run:
                     span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
                     if isinstance(exc, TimeoutError) and deadline.expired():
                         assert limit is not None
-                        raise _timed_out(spec, limit) from None
+                        raise timed_out(spec, limit) from None
                     raise NodeError(
                         f"Node '{node}' raised {type(exc).__name__}: {exc}", node=node
                     ) from exc
@@ -330,6 +285,94 @@ class Run:
                 )
             )
         return nexts, hits, path
+
+    # --- the port a step's Context uses (RunPort) ---------------------------------------------
+
+    async def llm(
+        self,
+        scope: StepScope,
+        text: str | None,
+        *,
+        max_tokens: int | None,
+        temperature: float,
+        seed: int | None,
+        record: bool,
+    ) -> Completion:
+        """One live LLM call of the step ``scope`` (:meth:`Context.llm <agentwarm.Context.llm>`):
+        render the node's prompt, wait for its warm-up where needed, generate, record the step's
+        first-call figures, append the exchange to the transcript, refresh the prefetches."""
+        spec, step = scope.spec, scope.step
+        t0 = time.perf_counter()
+        first = step.llm_calls == 0
+        step.llm_calls += 1
+        if first:
+            scope.lead_s = t0 - scope.started
+        ids = self.renderer.prompt_ids(spec, text)
+        await self.prefetcher.before_live(spec.name)
+        tokens = max_tokens if max_tokens is not None else spec.max_tokens
+        with self.tracer.start_as_current_span(
+            tm.llm_span_name(self.engine.model_name),
+            kind=self.llm_span_kind,
+            attributes=tm.llm_request_attributes(
+                model=self.engine.model_name,
+                provider=self.provider,
+                max_tokens=tokens,
+                temperature=temperature,
+                agent=spec.name,
+            ),
+        ) as span:
+            if tm.capture_content():
+                span.set_attribute(tm.GEN_AI_INPUT_MESSAGES, text or "")
+            t_send = time.perf_counter()
+            try:
+                completion = await self.engine.generate(
+                    ids,
+                    max_tokens=tokens,
+                    temperature=temperature,
+                    priority=Priority.LIVE,
+                    namespace=self.namespace,
+                    session=self.run_id,
+                    seed=seed,
+                )
+            except ContextLengthExceeded as exc:
+                error = ContextLengthExceeded(
+                    f"Node '{spec.name}': {exc}",
+                    prompt_tokens=exc.prompt_tokens,
+                    max_tokens=exc.max_tokens,
+                    limit=exc.limit,
+                )
+                error.node = spec.name
+                raise error from exc
+            ttft = (t_send - t0) + completion.ttft_s
+            span.set_attributes(
+                tm.llm_response_attributes(
+                    input_tokens=completion.prompt_tokens,
+                    output_tokens=len(completion.token_ids),
+                    cached_tokens=completion.cached_tokens,
+                    finish_reason=completion.finish_reason,
+                    ttft_s=ttft,
+                )
+            )
+            if tm.capture_content():
+                span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
+        if first:
+            step.ttft_s = ttft
+            step.prompt_tokens = completion.prompt_tokens
+            step.cached_tokens = completion.cached_tokens
+            self.instruments.record_ttft(self.workflow.name, ttft, step.outcome)
+        if record:
+            if text:
+                self.transcript.add(text, role="user", node=spec.name)
+            self.transcript.add(completion.text, role="assistant", node=spec.name)
+        self.prefetcher.refresh(scope, completion.text)
+        return completion
+
+    def transcript_grew(self, scope: StepScope) -> None:
+        """The step ``scope`` added a message (:meth:`Context.add <agentwarm.Context.add>`):
+        extend the prefetched prefixes with it."""
+        self.prefetcher.refresh(scope, after_llm=False)
+
+    # --- routing -----------------------------------------------------------------------------
 
     def _next_nodes(self, node: str, result: object) -> list[str]:
         declared = self.workflow.successors(node)
