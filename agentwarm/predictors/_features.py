@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ("CAP", "FEATURES", "FeatureKey", "decode", "key")
+__all__ = ("CAP", "FEATURES", "FeatureKey", "decode", "key", "keys")
 
 FeatureKey = tuple[Any, ...]
 
@@ -61,6 +61,13 @@ FEATURES: tuple[str, ...] = tuple(_KEYS)
 def key(feature: str, path: Sequence[str]) -> FeatureKey | None:
     """The key of ``feature`` for ``path``; ``None`` for the empty path."""
     return _KEYS[feature](path) if path else None
+
+
+def keys(features: Sequence[str], path: Sequence[str]) -> list[FeatureKey | None]:
+    """The :func:`key` of each of ``features`` for ``path``, in order."""
+    if not path:
+        return [None] * len(features)
+    return [_KEYS[feature](path) for feature in features]
 
 
 def decode(feature: str, value: Any, where: str) -> FeatureKey:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from agentwarm.predictors import _features, _merge, _serial
@@ -50,14 +51,40 @@ __all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "d
 
 Context = tuple[str, ...]
 Table = dict[str, float]
-#: One expert's estimate: ``P(x) = a / len(support) + sum(coef * table.get(x, 0))`` over its
-#: ``(table, coef)`` terms, for ``x`` in the support.
-Estimate = tuple[float, list[tuple[Table, float]]]
+#: How a table enters the Witten-Bell blend over some support: ``(sum(c) + e, keep)`` with
+#: ``c`` its counts of the support's names, ``e = backoff * sum(min(c, 1))`` their escape mass
+#: and ``keep = e / (sum(c) + e)``; ``None`` if it counts none of them. Along an expert's chain
+#: of tables, each step ``P <- (c + e * P) / (sum(c) + e)`` scales what came before by
+#: ``keep``; unrolled, ``P(x) = a * uniform + sum_j coef_j * c_j(x)`` with ``a`` the product
+#: of all ``keep`` and ``coef_j = 1 / (sum(c_j) + e_j)`` times the ``keep`` of the more
+#: specific tables.
+Blend = tuple[float, float] | None
 
 #: Feature experts of :func:`default_predictor`.
 DEFAULT_FEATURES: tuple[str, ...] = ("run", "count", "visited")
 #: Half-life of the recent expert of :func:`default_predictor`, in observations of a context.
 DEFAULT_RECENT_HALF_LIFE = 10.0
+#: Most paths predicted since the last observe whose :class:`_Step` is kept.
+_MAX_STEPS = 64
+
+
+@dataclass(slots=True)
+class _Step:
+    """What predicting for one path reads from the counts, in the form the estimates use.
+
+    Valid while the counts do not change: :meth:`MarkovPredictor.observe` drops every step it
+    kept (and a model made by ``merged`` / ``from_dict`` starts with none)."""
+
+    #: :meth:`MarkovPredictor.contexts` of the path.
+    contexts: list[Context]
+    #: The path's key of each feature, in :attr:`MarkovPredictor.features` order.
+    keys: list[_features.FeatureKey | None]
+    #: The distinct non-empty tables of the path's contexts, in the order they mix in.
+    tables: list[Table]
+    #: Each expert's tables (indexes into ``tables``), most specific first.
+    chains: list[list[int]]
+    #: The blend of each table over every node seen so far, once made.
+    blends: list[Blend] | None = None
 
 
 class MarkovPredictor:
@@ -135,6 +162,9 @@ class MarkovPredictor:
         self._known: dict[str, None] = {}
         self._observations = 0
         self._weights = [1.0 / len(self.experts)] * len(self.experts)
+        # What predict found for a path, reused by the observe of the same path that follows;
+        # emptied by every observe, so it never outlives the counts it was read from.
+        self._steps: dict[tuple[str, ...], _Step] = {}
 
     @property
     def experts(self) -> tuple[str, ...]:
@@ -166,8 +196,8 @@ class MarkovPredictor:
         """The Markov contexts of ``path`` from order 0 to the longest available, shortest
         first."""
         tail = (START, *path[-self.max_order :]) if self.max_order else ()
-        longest = min(self.max_order, len(path) + 1)
-        return [(), *(tail[len(tail) - k :] for k in range(1, longest + 1))]
+        end = len(tail) - min(self.max_order, len(path) + 1)
+        return [tail[start:] for start in range(len(tail), end - 1, -1)]
 
     def predict(
         self,
@@ -178,20 +208,37 @@ class MarkovPredictor:
     ) -> list[tuple[str, float]]:
         """Next-node distribution over ``candidates`` (else over observed successors)."""
         names = support(candidates, self._known)
-        if not names:
-            return []
+        if len(names) <= 1:  # nothing to rank: a lone name is certain, whatever the counts
+            return [(name, 1.0) for name in names]
+        step = self._step(path)
         mixed = dict.fromkeys(names, 0.0)
+        blends = self._all_blends(step) if candidates is None else self._blends(step, mixed)
+        # P(x) = sum over experts e of w_e * (a_e / len(names) + sum_j coef_ej * c_j(x)): add up
+        # each table's coefficients over the experts, then its counts once.
+        coefs = [0.0] * len(step.tables)
         uniform = 0.0
-        terms: dict[int, tuple[Table, float]] = {}
-        for w, (a, chain) in zip(self._weights, self._estimates(path, mixed), strict=True):
+        for w, chain in zip(self._weights, step.chains, strict=True):
+            a = 1.0
+            for i in chain:
+                blend = blends[i]
+                if blend is not None:
+                    total, keep = blend
+                    coefs[i] += w * (a / total)
+                    a *= keep
             uniform += w * a
-            for table, coef in chain:
-                _, before = terms.get(id(table), (table, 0.0))
-                terms[id(table)] = (table, before + w * coef)
-        for table, coef in terms.values():
-            for name, c in table.items():
-                if name in mixed:
-                    mixed[name] += coef * c
+        for table, coef in zip(step.tables, coefs, strict=True):
+            if not coef:
+                continue
+            # Scan the smaller of the two: each name still adds the tables in the same order.
+            if len(table) <= len(mixed):
+                for name, c in table.items():
+                    if name in mixed:
+                        mixed[name] += coef * c
+            else:
+                for name in mixed:
+                    count = table.get(name)
+                    if count is not None:
+                        mixed[name] += coef * count
         uniform /= len(names)
         return rank(names, [p + uniform for p in mixed.values()])
 
@@ -199,19 +246,19 @@ class MarkovPredictor:
         """Learn ``path -> next_node``: update the mixture weights by each expert's probability
         of ``next_node`` over the nodes seen so far, then count ``next_node`` after every context
         of ``path``, decaying those contexts first."""
+        key = tuple(path)
+        step = self._steps.get(key)
+        if step is None:
+            step = self._prepare(key)
+        self._steps.clear()  # the counts change below: every prepared step is out of date
         if len(self._weights) > 1:
-            self._update_weights(path, next_node)
-        contexts = self.contexts(path)
-        for context in contexts:
-            self._count(self._touch(self._counts, context), next_node, self._decay)
+            self._update_weights(step, next_node)
+        self._count(self._counts, step.contexts, next_node, self._decay)
         if self.recent_half_life is not None:
-            for context in contexts:
-                self._count(self._touch(self._recent, context), next_node, self._recent_decay)
-        for feature in self.features:
-            key = _features.key(feature, path)
-            if key is not None:
-                table = self._touch(self._feature_counts[feature], key)
-                self._count(table, next_node, self._decay)
+            self._count(self._recent, step.contexts, next_node, self._recent_decay)
+        for feature, feature_key in zip(self.features, step.keys, strict=True):
+            if feature_key is not None:
+                self._count(self._feature_counts[feature], (feature_key,), next_node, self._decay)
         self._known.setdefault(next_node, None)
         self._observations += 1
 
@@ -281,84 +328,135 @@ class MarkovPredictor:
 
     # --- estimation -------------------------------------------------------------------------
 
-    def _estimates(self, path: Sequence[str], allowed: Mapping[str, Any]) -> list[Estimate]:
-        """Each expert's estimate over the support ``allowed``, in :attr:`experts` order."""
-        contexts = self.contexts(path)
-        slow = [self._counts.get(context) for context in contexts]
-        base = slow[:2]
-        chains = [slow]
-        if self.recent_half_life is not None:
-            chains.append([self._recent.get(context) for context in contexts])
-        for feature in self.features:
-            key = _features.key(feature, path)
-            chains.append([*base, None if key is None else self._feature_counts[feature].get(key)])
-        stats: dict[int, tuple[float, float]] = {}
-        return [self._chain(chain, allowed, stats) for chain in chains]
+    def _step(self, path: Sequence[str]) -> _Step:
+        """:meth:`_prepare` of ``path``, kept for the :meth:`observe` that follows."""
+        key = tuple(path)
+        step = self._steps.get(key)
+        if step is None:
+            if len(self._steps) >= _MAX_STEPS:
+                self._steps.clear()
+            step = self._steps[key] = self._prepare(key)
+        return step
 
-    def _chain(
-        self,
-        tables: Sequence[Table | None],
-        allowed: Mapping[str, Any],
-        stats: dict[int, tuple[float, float]],
-    ) -> Estimate:
-        """Witten-Bell blending of ``tables`` (general to specific) from the uniform prior.
+    def _prepare(self, path: tuple[str, ...]) -> _Step:
+        """The contexts, feature keys and tables of ``path`` under the current counts.
 
-        Each step ``P <- (c + e * P) / (sum(c) + e)`` scales what came before by
-        ``keep = e / (sum(c) + e)``; unrolled, ``P(x) = a * uniform + sum_j coef_j * c_j(x)``
-        with ``a`` the product of all ``keep`` and ``coef_j = 1 / (sum(c_j) + e_j)`` times the
-        ``keep`` of the more specific tables. ``stats`` caches ``(total, escape)`` by table.
+        The experts' chains of tables, most specific first, skipping contexts never seen:
+        Markov ``(a, b, c), (b, c), (c,), ()``; recent the same in its own tables; each
+        feature its ``(c, value)`` then Markov's ``(c,), ()``, shared.
         """
-        a = 1.0
-        chain: list[tuple[Table, float]] = []
-        for table in reversed(tables):
-            if not table:
-                continue
-            known = stats.get(id(table))
-            if known is None:
-                total = escape = 0.0
-                for name, c in table.items():
-                    if name in allowed:
-                        total += c
-                        escape += c if c < 1.0 else 1.0
-                known = stats[id(table)] = (total, self.backoff * escape)
-            total, escape = known
-            if total <= 0.0:
-                continue
-            chain.append((table, a / (total + escape)))
-            a *= escape / (total + escape)
-        return a, chain
+        contexts = self.contexts(path)
+        keys = _features.keys(self.features, path)
+        tables: list[Table] = []
+        shared: list[int] = []  # the tables of () and (c,)
+        for order in range(len(contexts) - 1, -1, -1):
+            table = self._counts.get(contexts[order])
+            if table:  # not a context never seen (or emptied)
+                if order < 2:
+                    shared.append(len(tables))
+                tables.append(table)
+        chains = [list(range(len(tables)))]
+        if self.recent_half_life is not None:
+            start = len(tables)
+            tables += [table for table in map(self._recent.get, reversed(contexts)) if table]
+            chains.append(list(range(start, len(tables))))
+        for feature, key in zip(self.features, keys, strict=True):
+            table = None if key is None else self._feature_counts[feature].get(key)
+            if table:
+                chains.append([len(tables), *shared])
+                tables.append(table)
+            else:
+                chains.append(shared)
+        return _Step(contexts, keys, tables, chains)
 
-    def _update_weights(self, path: Sequence[str], next_node: str) -> None:
-        allowed = dict.fromkeys([*self._known, next_node])
-        n = len(allowed)
-        likelihoods = [
-            a / n + sum(coef * table.get(next_node, 0.0) for table, coef in chain)
-            for a, chain in self._estimates(path, allowed)
-        ]
+    def _all_blends(self, step: _Step) -> list[Blend]:
+        """The blends of ``step``'s tables over every node seen so far: all their counts, as
+        every name in a table is in :attr:`_known` (:meth:`observe`, :meth:`merged` and
+        :meth:`from_dict` keep that)."""
+        if step.blends is None:
+            backoff = self.backoff
+            blends: list[Blend] = []
+            for table in step.tables:
+                total = escape = 0.0
+                for c in table.values():
+                    total += c
+                    escape += c if c < 1.0 else 1.0
+                if total > 0.0:
+                    escape = backoff * escape
+                    blends.append((total + escape, escape / (total + escape)))
+                else:
+                    blends.append(None)
+            step.blends = blends
+        return step.blends
+
+    def _blends(self, step: _Step, allowed: Mapping[str, Any]) -> list[Blend]:
+        """The blends of ``step``'s tables over the names in ``allowed``: those of
+        :meth:`_all_blends` for a table whose names are all allowed, else summed again."""
+        backoff = self.backoff
+        keys = allowed.keys()
+        blends: list[Blend] = []
+        for table, every in zip(step.tables, self._all_blends(step), strict=True):
+            if table.keys() <= keys:
+                blends.append(every)
+                continue
+            total = escape = 0.0
+            for name, c in table.items():
+                if name in allowed:
+                    total += c
+                    escape += c if c < 1.0 else 1.0
+            if total > 0.0:
+                escape = backoff * escape
+                blends.append((total + escape, escape / (total + escape)))
+            else:
+                blends.append(None)
+        return blends
+
+    def _update_weights(self, step: _Step, next_node: str) -> None:
+        """Multiply each expert's weight by its probability of ``next_node`` over the nodes
+        seen so far (and ``next_node``), then share."""
+        n = len(self._known) + (next_node not in self._known)
+        blends = self._all_blends(step)
+        counts = [table.get(next_node, 0.0) for table in step.tables]
+        likelihoods = []
+        for chain in step.chains:
+            a = 1.0
+            terms = []
+            for i in chain:
+                blend = blends[i]
+                if blend is not None:
+                    total, keep = blend
+                    if counts[i]:  # a zero term leaves the sum (and its rounding) as it is
+                        terms.append(a / total * counts[i])
+                    a *= keep
+            likelihoods.append(a / n + sum(terms))
         posterior = [w * p for w, p in zip(self._weights, likelihoods, strict=True)]
         total = sum(posterior)
         k = len(posterior)
         if total > 0.0:
             self._weights = [(1 - self.share) * p / total + self.share / k for p in posterior]
 
-    def _touch(self, tables: dict[Any, Table], context: Any) -> Table:
-        """The table of ``context``, moved to the end of ``tables`` (most recently observed
-        last); drops the least recently observed context past :attr:`max_contexts`."""
-        table = tables.pop(context, None)
-        tables[context] = table = {} if table is None else table
-        if self.max_contexts is not None and len(tables) > self.max_contexts:
-            del tables[next(iter(tables))]
-        return table
-
-    def _count(self, table: Table, next_node: str, decay: float) -> None:
-        if decay < 1.0:
-            for name in list(table):
-                value = table[name] * decay
-                if value < self.min_count:
-                    del table[name]
-                else:
-                    table[name] = value
-        table[next_node] = table.get(next_node, 0.0) + 1.0
+    def _count(
+        self, tables: dict[Any, Table], contexts: Iterable[Any], next_node: str, decay: float
+    ) -> None:
+        """Count ``next_node`` after each of ``contexts``, decaying its counts first (those
+        below :attr:`min_count` go); the context moves to the end of ``tables`` (most recently
+        observed last) and the least recently observed one goes past :attr:`max_contexts`."""
+        floor = self.min_count
+        bound = self.max_contexts
+        for context in contexts:
+            table = tables.pop(context, None)
+            if table is None:
+                table = {}
+            elif decay < 1.0:
+                for name in table:
+                    table[name] *= decay
+                if table and min(table.values()) < floor:
+                    for name in [name for name, c in table.items() if c < floor]:
+                        del table[name]
+            table[next_node] = table.get(next_node, 0.0) + 1.0
+            tables[context] = table
+            if bound is not None and len(tables) > bound:
+                del tables[next(iter(tables))]
 
     # --- persistence ------------------------------------------------------------------------
 
