@@ -34,7 +34,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
@@ -57,6 +57,17 @@ from agentwarm.engines.base import (
     new_rid,
 )
 from agentwarm.engines.namespace import check_field, namespace_key
+from agentwarm.engines.sglang.protocol import (
+    ROUTING_KEY_HEADER,
+    AbortRequest,
+    DetokenizeRequest,
+    FinishReason,
+    GenerateReply,
+    GenerateRequest,
+    MetaInfo,
+    SamplingParams,
+    TokenizeRequest,
+)
 from agentwarm.errors import (
     EngineError,
     EngineTimeout,
@@ -65,14 +76,7 @@ from agentwarm.errors import (
     RequestAborted,
 )
 from agentwarm.server.metrics import ServerMetrics
-from agentwarm.server.schemas import (
-    AbortRequest,
-    DetokenizeRequest,
-    GenerateRequest,
-    SamplingParams,
-    TokenizeRequest,
-    describe_validation_error,
-)
+from agentwarm.server.schemas import describe_validation_error
 from agentwarm.server.security import HostGuard, default_max_request_bytes, is_json_content_type
 
 __all__ = ("ServerConfig", "create_app")
@@ -83,9 +87,8 @@ M = TypeVar("M", bound=BaseModel)
 F = TypeVar("F", bound="asyncio.Future[Any]")
 
 _PUBLIC_PATHS = ("/health", "/metrics")
-_ABORT = {"type": "abort", "message": "Abort before completion"}
+_ABORT = FinishReason(type="abort", message="Abort before completion")
 _DRAIN_AFTER_ABORT_S = 10.0  # how long an aborted stream may take to report its outcome
-_ROUTING_HEADER = "x-smg-routing-key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +246,7 @@ class _Server:
                 f"limit of {limit}",
             )
         namespace = namespace_key(req.cache_salt, req.extra_key)
-        header = request.headers.get(_ROUTING_HEADER)
+        header = request.headers.get(ROUTING_KEY_HEADER)
         if header:
             try:
                 check_field("X-SMG-Routing-Key header", header)
@@ -260,7 +263,7 @@ class _Server:
             log_metrics=req.log_metrics,
         )
 
-    async def _run(self, job: _Job) -> dict[str, Any]:
+    async def _run(self, job: _Job) -> GenerateReply:
         start = time.perf_counter()
         try:
             if job.prefill_only:
@@ -272,7 +275,7 @@ class _Server:
                     session=job.session,
                 )
                 aborted = result.status is PrefillStatus.ABORTED
-                finish = _ABORT if aborted else {"type": "length", "length": 0}
+                finish = _ABORT if aborted else FinishReason(type="length", length=0)
                 self._record(
                     job,
                     result.prompt_tokens,
@@ -304,7 +307,7 @@ class _Server:
         except RequestAborted as exc:
             cached, computed = exc.cached_tokens, exc.computed_tokens
             self._record(job, len(job.ids), cached, computed, 0, True)
-            finish = {"type": "abort", "message": str(exc) or "aborted"}
+            finish = FinishReason(type="abort", message=str(exc) or "aborted")
             return _response(
                 job.rid, "", [], len(job.ids), cached, computed, finish, time.perf_counter() - start
             )
@@ -336,7 +339,7 @@ class _Server:
             self._leave(job.rid)
         yield b"data: [DONE]\n\n"
 
-    async def _stream_generate(self, job: _Job) -> AsyncIterator[dict[str, Any]]:
+    async def _stream_generate(self, job: _Job) -> AsyncIterator[GenerateReply]:
         start = time.perf_counter()
         out_ids: list[int] = []
         text = ""
@@ -362,21 +365,21 @@ class _Server:
                         job.rid, chunk.completion, time.perf_counter() - start
                     )
                     return
-                yield {
-                    "text": text,
-                    "output_ids": list(out_ids),
-                    "meta_info": {
-                        "id": job.rid,
-                        "prompt_tokens": len(job.ids),
-                        "completion_tokens": len(out_ids),
-                        "finish_reason": None,
-                    },
-                }
+                yield GenerateReply(
+                    text=text,
+                    output_ids=list(out_ids),
+                    meta_info=MetaInfo(
+                        id=job.rid,
+                        prompt_tokens=len(job.ids),
+                        completion_tokens=len(out_ids),
+                        finish_reason=None,
+                    ),
+                )
         except RequestAborted as exc:
             recorded = True
             cached, computed = exc.cached_tokens, exc.computed_tokens
             self._record(job, len(job.ids), cached, computed, len(out_ids), True)
-            finish = {"type": "abort", "message": str(exc) or "aborted"}
+            finish = FinishReason(type="abort", message=str(exc) or "aborted")
             e2e = time.perf_counter() - start
             yield _response(job.rid, text, out_ids, len(job.ids), cached, computed, finish, e2e)
             return
@@ -396,8 +399,8 @@ class _Server:
         raise _HTTPError(500, "engine stream ended without a completion", "InternalServerError")
 
     async def _until_disconnect(
-        self, request: Request, rid: str, work: Awaitable[dict[str, Any]]
-    ) -> dict[str, Any]:
+        self, request: Request, rid: str, work: Awaitable[GenerateReply]
+    ) -> GenerateReply:
         task = asyncio.ensure_future(work)
         watcher = asyncio.ensure_future(_disconnected(request.receive))
         try:
@@ -690,34 +693,33 @@ def _response(
     prompt: int,
     cached: int,
     computed: int,
-    finish: dict[str, Any],
+    finish: FinishReason,
     e2e: float,
-) -> dict[str, Any]:
-    return {
-        "text": text,
-        "output_ids": list(out_ids),
-        "meta_info": {
-            "id": rid,
-            "finish_reason": finish,
-            "prompt_tokens": prompt,
-            "completion_tokens": len(out_ids),
-            "cached_tokens": cached,
-            "computed_tokens": computed,
-            "e2e_latency": e2e,
-        },
-    }
+    ttft: float | None = None,
+) -> GenerateReply:
+    meta = MetaInfo(
+        id=rid,
+        finish_reason=finish,
+        prompt_tokens=prompt,
+        completion_tokens=len(out_ids),
+        cached_tokens=cached,
+        computed_tokens=computed,
+        e2e_latency=e2e,
+    )
+    if ttft is not None:
+        meta["ttft"] = ttft
+    return GenerateReply(text=text, output_ids=list(out_ids), meta_info=meta)
 
 
-def _completion_response(rid: str, completion: Completion, e2e: float) -> dict[str, Any]:
+def _completion_response(rid: str, completion: Completion, e2e: float) -> GenerateReply:
     ids = list(completion.token_ids)
-    finish: dict[str, Any]
     if completion.finish_reason == "length":
-        finish = {"type": "length", "length": len(ids)}
+        finish = FinishReason(type="length", length=len(ids))
     elif completion.finish_reason == "abort":
-        finish = dict(_ABORT)
+        finish = FinishReason(**_ABORT)
     else:
-        finish = {"type": "stop", "matched": ids[-1] if ids else None}
-    out = _response(
+        finish = FinishReason(type="stop", matched=ids[-1] if ids else None)
+    return _response(
         rid,
         completion.text,
         ids,
@@ -726,12 +728,11 @@ def _completion_response(rid: str, completion: Completion, e2e: float) -> dict[s
         completion.computed_tokens,
         finish,
         e2e,
+        completion.ttft_s,
     )
-    out["meta_info"]["ttft"] = completion.ttft_s
-    return out
 
 
-def _sse(payload: dict[str, Any]) -> bytes:
+def _sse(payload: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 

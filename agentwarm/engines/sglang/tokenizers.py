@@ -1,0 +1,177 @@
+"""The tokenizers :class:`~agentwarm.engines.sglang.SGLangEngine` encodes with, and how it finds
+the one that matches a server.
+
+``encode`` never adds special tokens (segment-wise encodings must concatenate). Loading never
+downloads and never imports torch (the embedded engine's package does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from agentwarm.engines.sglang.protocol import DetokenizeRequest, TokenizeRequest
+from agentwarm.errors import EngineError, EngineUnavailable
+from agentwarm.redact import redact_credentials
+
+__all__ = (
+    "ByteTokenizer",
+    "HFTokenizer",
+    "RemoteTokenizer",
+    "TextTokenizer",
+    "load_tokenizer",
+    "tokenizer_from_info",
+)
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class TextTokenizer(Protocol):
+    """What :class:`SGLangEngine` needs from a tokenizer: no special tokens added by ``encode``."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class RemoteTokenizer:
+    """Tokenizes through the server's ``/tokenize`` and ``/detokenize`` endpoints.
+
+    A last resort when no local tokenizer matches the server's: every call is a blocking HTTP
+    round trip (it blocks the event loop for its duration), so use it only against a server in
+    another process, preferably on loopback.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        trust_env: bool = False,
+    ) -> None:
+        self._base_url = url.rstrip("/")
+        self.url = redact_credentials(self._base_url)  # for messages
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=self._base_url, headers=headers, timeout=timeout, trust_env=trust_env
+        )
+
+    def encode(self, text: str) -> list[int]:
+        request = TokenizeRequest.model_construct(prompt=text, add_special_tokens=False)
+        body = self._call("/tokenize", request.model_dump())
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list):
+            raise EngineError(f"{self.url}/tokenize: reply has no token list: {body!r:.200}")
+        return [int(t) for t in tokens]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        request = DetokenizeRequest.model_construct(tokens=[int(i) for i in ids])
+        body = self._call("/detokenize", request.model_dump())
+        return str(body.get("text", ""))
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = self._client.post(path, json=payload)
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"{self.url}{path}: {redact_credentials(str(exc))}") from exc
+        if resp.status_code != 200:
+            raise EngineError(f"{self.url}{path}: HTTP {resp.status_code}: {resp.text[:200]}")
+        data = resp.json()
+        if not isinstance(data, dict):
+            raise EngineError(f"{self.url}{path}: reply is not a JSON object")
+        return data
+
+    def __repr__(self) -> str:
+        return f"RemoteTokenizer({self.url!r})"
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255: the tokenizer of ``FakeEngine`` and the built-in presets."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer()"
+
+
+class HFTokenizer:
+    """A local Hugging Face tokenizer: no special tokens added, special/unknown ids skipped."""
+
+    def __init__(self, path: str) -> None:
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self._size = len(self._tok)
+        self.path = path
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        valid = [int(i) for i in ids if 0 <= int(i) < self._size]
+        return str(self._tok.decode(valid, skip_special_tokens=True))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({self.path!r})"
+
+
+def load_tokenizer(spec: str | Path | TextTokenizer | None) -> TextTokenizer | None:
+    """``None``, ``"byte"``, a local tokenizer directory / cached hub id, or a tokenizer object."""
+    if spec is None:
+        return None
+    if isinstance(spec, TextTokenizer) and not isinstance(spec, str | Path):
+        return spec
+    if spec == "byte":
+        return ByteTokenizer()
+    try:
+        return HFTokenizer(str(spec))
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ...
+        raise EngineError(
+            f"cannot load a tokenizer from {str(spec)!r} without downloading: {exc}"
+        ) from exc
+
+
+def tokenizer_from_info(
+    info: Mapping[str, Any], base_url: str, *, api_key: str | None, trust_env: bool
+) -> tuple[TextTokenizer | None, str]:
+    """Blocking: the tokenizer a server's ``/model_info`` points to, and a note of what was
+    tried when there is none.
+
+    In order: the built-in byte tokenizer when the server (``agentwarm serve``) says it uses
+    one; the server's ``tokenizer_path`` or ``model_path`` when it loads locally; the server's
+    ``/tokenize`` endpoint (:class:`RemoteTokenizer`).
+    """
+    tried: list[str] = []
+    ext = info.get("agentwarm")
+    if isinstance(ext, Mapping) and ext.get("tokenizer") == "byte":
+        return ByteTokenizer(), ""
+    for key in ("tokenizer_path", "model_path"):
+        path = info.get(key)
+        if not path:
+            continue
+        try:
+            return load_tokenizer(str(path)), ""
+        except Exception as exc:  # any loader failure means "not usable here"
+            tried.append(f"{key}={path!r} ({type(exc).__name__})")
+    remote = RemoteTokenizer(base_url, api_key=api_key, trust_env=trust_env)
+    try:
+        remote.encode("a")
+    except EngineError as exc:
+        remote.close()
+        tried.append(f"{remote.url}/tokenize ({exc})")
+        return None, "tried " + "; ".join(tried)
+    log.warning("%s: no local tokenizer matches the server; using its /tokenize", remote.url)
+    return remote, ""
