@@ -273,6 +273,19 @@ def test_the_default_predicts_and_learns_as_the_reference_on_long_random_walks()
     assert model.to_dict() == ref.to_dict()
 
 
+def test_a_lone_candidate_is_certain_as_before() -> None:
+    model = default_predictor()
+    ref = Reference(features=DEFAULT_FEATURES, recent_half_life=DEFAULT_RECENT_HALF_LIFE)
+    for walk in random_walks(20, seed=5, nodes=4, length=6):
+        model.observe(walk, "n1")
+        ref.observe(walk, "n1")
+    for candidates in (["n2"], ["n1"], [END, END]):
+        got = model.predict(["n0", "n3"], candidates=candidates)
+        assert got == ref.predict(["n0", "n3"], candidates=candidates)
+        assert got == [(candidates[0], 1.0)]
+    assert MarkovPredictor().predict(["a"], candidates=[]) == []
+
+
 # --- memory -------------------------------------------------------------------------------
 
 
