@@ -3,6 +3,9 @@
 ``LocalEngine("tiny")`` runs a built-in preset with seeded random weights (no download);
 ``LocalEngine("/path/to/checkpoint")`` loads a local ``transformers`` causal LM.
 
+``LocalEngine`` is imported on first use, so that ``agentwarm.engines.local.scheduler`` (which
+``FakeEngine`` runs) imports neither torch nor transformers.
+
 Importing this package sets ``OMP_WAIT_POLICY=PASSIVE`` unless the environment already sets it
 (it only takes effect if torch is not imported yet). The engine's worker thread shares the CPU
 with the asyncio loop that feeds it; OpenMP's default spin-waiting between parallel regions then
@@ -14,9 +17,19 @@ passive).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from agentwarm.engines.local.engine import LocalEngine
+if TYPE_CHECKING:
+    from agentwarm.engines.local.engine import LocalEngine
 
 __all__ = ("LocalEngine",)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LocalEngine":
+        from agentwarm.engines.local.engine import LocalEngine
+
+        return LocalEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
