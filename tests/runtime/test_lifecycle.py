@@ -54,7 +54,7 @@ async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
     @node(name="a", entry=True, next=["b", "c"])
     async def a(ctx: Context) -> str:
         # The tool breaks once the prefetch (b and c share one prefix) runs in the engine.
-        await until(lambda: engine._queue, what="the prefetch to reach the engine")
+        await until(lambda: engine.scheduler.has_work, what="the prefetch to reach the engine")
         raise ValueError("tool broke")
 
     engine = FakeEngine(seconds_per_token=1e-4, max_context=BIG_CONTEXT)
@@ -66,7 +66,9 @@ async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
     prefills = [s for s in exporter.get_finished_spans() if s.name == tm.SPAN_PREFILL]
     assert len(prefills) == 2
     assert {s.attributes[tm.AW_PREFILL_OUTCOME] for s in prefills} == {Outcome.CANCELLED}
-    await until(lambda: not engine._queue, what="the engine to drop the aborted prefills")
+    await until(
+        lambda: not engine.scheduler.has_work, what="the engine to drop the aborted prefills"
+    )
     assert [r.status for r in engine.log if r.kind == "prefill"] == ["aborted"]
 
 
