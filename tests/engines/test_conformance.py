@@ -238,9 +238,11 @@ async def test_abort_of_a_queued_request_returns_aborted_and_frees_it(case: Case
     engine, ns = case.engine, namespace()
     blocker_rid, rid = new_rid(), new_rid()
     before = await engine.stats()
-    blocker = asyncio.create_task(engine.prefill(prompt(case.long), rid=blocker_rid, namespace=ns))
+    long_ids = prompt(case.long)
+    blocker = asyncio.create_task(engine.prefill(long_ids, rid=blocker_rid, namespace=ns))
     await running(engine, before)
     ids = prompt(100)
+    ids[0] = 1 + long_ids[0] % 249  # another first token: nothing of it is cached by the blocker
     queued = asyncio.create_task(engine.prefill(ids, rid=rid, namespace=ns))
     await asyncio.sleep(0)  # its task starts: the request is submitted
     await engine.abort(rid)
