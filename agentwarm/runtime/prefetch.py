@@ -34,7 +34,15 @@ import logging
 import math
 import re
 import time
-from collections.abc import Collection, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +89,6 @@ class _Request:
     dropped: bool = False
     stopping: bool = False
     failed: bool = False
-    preempted: bool = False
     ticket: Ticket | None = None
     result: PrefillResult | None = None
 
@@ -223,18 +230,13 @@ class Prefetcher:
             )
             if hinted is not None and hinted not in {name for _, name, _ in chosen}:
                 chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
-            spent = 0
-            for rank, name, p in chosen:
-                if not self.admission.may_admit(p):
-                    # Refused whatever its size: dropped before its prompt is even rendered.
-                    self._start(scope, name, p, rank, None)
-                    continue
-                ids = self.renderer.prefix_ids(self.workflow.nodes[name])
-                if not ids:
-                    continue
-                if spent + len(ids) > self.budget:
-                    break
-                spent += len(ids)
+            ranked = {name: (rank, p) for rank, name, p in chosen}
+
+            def admissible(name: str) -> bool:  # refused whatever its size: not even rendered
+                return self.admission.may_admit(ranked[name][1])
+
+            for name, ids in self._within_budget(ranked, admissible):
+                rank, p = ranked[name]
                 self._start(scope, name, p, rank, ids)
         except Exception as exc:
             self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
@@ -260,6 +262,7 @@ class Prefetcher:
             if hinted is not None and hinted not in scope.prefetches:
                 targets.append(hinted)
             for target, ids in self._within_budget(targets):
+                assert ids is not None  # only an `admissible` refusal yields None
                 pf = scope.prefetches.get(target)
                 if pf is None:
                     p = dict(scope.predictions).get(target, 0.0)
@@ -276,11 +279,17 @@ class Prefetcher:
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
 
-    def _within_budget(self, targets: Iterable[str]) -> Iterator[tuple[str, list[int]]]:
+    def _within_budget(
+        self, targets: Iterable[str], admissible: Callable[[str], bool] | None = None
+    ) -> Iterator[tuple[str, list[int] | None]]:
         """Each target's known prefix, in order, until the step's token budget would be passed
-        (targets with nothing known yet are skipped)."""
+        (targets with nothing known yet are skipped); ``None`` for a target ``admissible``
+        refuses, without rendering its prompt."""
         spent = 0
         for target in targets:
+            if admissible is not None and not admissible(target):
+                yield target, None
+                continue
             ids = self.renderer.prefix_ids(self.workflow.nodes[target])
             if not ids:
                 continue
@@ -391,7 +400,7 @@ class Prefetcher:
             ticket = self.admission.try_acquire(
                 value=pf.record.probability,
                 tokens=len(ids),
-                stop=lambda: self._preempt(req),
+                stop=lambda: self._stop(req),  # preempted for a likelier prefetch
                 replace=replace.ticket if replace is not None else None,
             )
             if ticket is None:
@@ -468,11 +477,6 @@ class Prefetcher:
                 self.admission.release(req.ticket)
         else:
             self._spawn(self._quiet_abort(req.rid))
-
-    def _preempt(self, req: _Request) -> None:
-        """Admission gave ``req``'s slot to a likelier prefetch (of any run on the engine)."""
-        req.preempted = True
-        self._stop(req)
 
     async def _quiet_abort(self, rid: str) -> None:
         try:
