@@ -10,7 +10,7 @@ import torch
 
 from agentwarm.engines.local.model import PRESETS, LoadedModel, load_model, preset_config
 from agentwarm.engines.local.runner import ModelRunner
-from agentwarm.engines.local.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
 from agentwarm.errors import EngineError
 
 
@@ -218,20 +218,3 @@ def test_checkpoint_with_hf_tokenizer(tmp_path: Path, tiny: LoadedModel) -> None
     assert tok.encode("hello") + tok.encode("cache") == tok.encode("hello cache")
     assert tok.decode([3, 2, 4]) == "hello world"
     assert tok.decode([5, 1000, -3]) == "agent"
-
-
-def test_byte_tokenizer() -> None:
-    tok = ByteTokenizer()
-    assert isinstance(tok, Tokenizer)
-    text = "héllo, wörld — 你好 🙂"
-    ids = tok.encode(text)
-    assert ids == list(text.encode("utf-8"))
-    assert all(0 <= i < 256 for i in ids)
-    assert tok.decode(ids) == text
-    assert tok.encode("") == []
-    assert tok.encode("ab") + tok.encode("c") == tok.encode("abc")
-    assert tok.vocab_size == 259
-    assert len({tok.bos_token_id, tok.eos_token_id, tok.pad_token_id}) == 3
-    assert tok.decode([tok.bos_token_id, *tok.encode("hi"), tok.eos_token_id, 9999, -1]) == "hi"
-    assert tok.decode([0xE4, 0xBD]) == "\ufffd"
-    assert tok.decode([*b"a", 0xFF]) == "a\ufffd"

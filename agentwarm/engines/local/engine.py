@@ -31,6 +31,8 @@ from agentwarm.engines.base import (
     Completion,
     Engine,
     EngineStats,
+    GenerateParams,
+    PrefillParams,
     PrefillResult,
     Priority,
     StreamChunk,
@@ -44,7 +46,7 @@ from agentwarm.engines.radix import RadixCache
 from agentwarm.errors import EngineError, InvalidRequest
 
 if TYPE_CHECKING:
-    from agentwarm.engines.local.tokenizer import Tokenizer
+    from agentwarm.engines.tokenizers import Tokenizer
 
 __all__ = ("DEFAULT_CACHE_BYTES", "LocalEngine")
 
@@ -149,56 +151,25 @@ class LocalEngine(Engine):
 
     # -------------------------------------------------------------- requests
 
-    async def prefill(
-        self,
-        ids: Sequence[int],
-        *,
-        priority: int = Priority.SPECULATIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-    ) -> PrefillResult:
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         req = Request(
-            rid=rid or new_rid(),
+            rid=params.rid,
             kind=RequestKind.PREFILL,
             ids=self._check_ids(ids),
-            priority=int(priority),
-            namespace=namespace,
+            priority=int(params.priority),
+            namespace=params.namespace,
         )
         result = await self._run(req)
         assert isinstance(result, PrefillResult)
         return result
 
-    async def generate(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
-    ) -> Completion:
-        req = self._generate_request(
-            ids, max_tokens, temperature, priority, rid, namespace, seed, time.perf_counter()
-        )
-        result = await self._run(req)
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
+        result = await self._run(self._generate_request(ids, params, time.perf_counter()))
         assert isinstance(result, Completion)
         return result
 
-    async def generate_stream(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
         """Yield one chunk per generated token, then a last chunk carrying the Completion.
 
@@ -212,9 +183,7 @@ class LocalEngine(Engine):
         def on_token(token: int) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, token)
 
-        req = self._generate_request(
-            ids, max_tokens, temperature, priority, rid, namespace, seed, t0
-        )
+        req = self._generate_request(ids, params, t0)
         req.on_token = on_token
         fut = self._submit(req)
         fut.add_done_callback(lambda _: queue.put_nowait(None))
@@ -250,39 +219,30 @@ class LocalEngine(Engine):
         """Float32 next-token logits after ``ids`` (``[vocab]``), computed like a one-token
         greedy ``generate`` (reusing and filling the cache); for scoring and exactness tests."""
         captured: list[torch.Tensor] = []
-        req = self._generate_request(
-            ids, 1, 0.0, priority, rid, namespace, None, time.perf_counter()
+        params = GenerateParams(
+            max_tokens=1, priority=priority, rid=rid or new_rid(), namespace=namespace
         )
+        req = self._generate_request(ids, params, time.perf_counter())
         req.on_logits = lambda logits: captured.append(logits.detach().clone())
         await self._run(req)
         return captured[0]
 
-    def _generate_request(
-        self,
-        ids: Sequence[int],
-        max_tokens: int,
-        temperature: float,
-        priority: int,
-        rid: str | None,
-        namespace: str,
-        seed: int | None,
-        t0: float,
-    ) -> Request:
-        if max_tokens < 1:
-            raise InvalidRequest(f"max_tokens must be >= 1, got {max_tokens} (use prefill)")
-        if temperature < 0:
-            raise InvalidRequest(f"temperature must be >= 0, got {temperature}")
+    def _generate_request(self, ids: Sequence[int], params: GenerateParams, t0: float) -> Request:
+        if params.max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be >= 1, got {params.max_tokens} (use prefill)")
+        if params.temperature < 0:
+            raise InvalidRequest(f"temperature must be >= 0, got {params.temperature}")
         checked = self._check_ids(ids)
-        check_context(len(checked), self.max_context, max_tokens=max_tokens)
+        check_context(len(checked), self.max_context, max_tokens=params.max_tokens)
         return Request(
-            rid=rid or new_rid(),
+            rid=params.rid,
             kind=RequestKind.GENERATE,
             ids=checked,
-            priority=int(priority),
-            namespace=namespace,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            seed=seed,
+            priority=int(params.priority),
+            namespace=params.namespace,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            seed=params.seed,
             t_submit=t0,
         )
 

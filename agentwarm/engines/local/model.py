@@ -3,7 +3,7 @@
 ``load_model(spec)`` accepts
 
 * a preset name (:data:`PRESETS`): a Llama-architecture config with seeded random weights and
-  the built-in :class:`~agentwarm.engines.local.tokenizer.ByteTokenizer`; nothing is downloaded.
+  the built-in :class:`~agentwarm.engines.tokenizers.ByteTokenizer`; nothing is downloaded.
   ``tiny`` (~3M parameters) is for tests and demos, ``small`` is shaped like SmolLM-135M and is
   for benchmarks;
 * a local directory holding a ``transformers`` causal-LM checkpoint (``config.json`` + weights),
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentwarm.engines.base import DEFAULT_MAX_CONTEXT
-from agentwarm.engines.local.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
 from agentwarm.errors import EngineError
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _load_dir(path: Path, *, device: str | torch.device, dtype: torch.dtype) -> 
     except Exception as exc:
         raise EngineError(f"model directory {where}: cannot load weights: {exc}") from exc
     torch.nn.Module.to(model, device)
-    tokenizer: Tokenizer
+    tokenizer: ByteTokenizer | HFTokenizer
     if _has_tokenizer(path):
         try:
             tokenizer = HFTokenizer.from_dir(path)
@@ -211,7 +211,9 @@ def _has_tokenizer(path: Path) -> bool:
     return any((path / name).is_file() for name in names)
 
 
-def _finish(model: PreTrainedModel, tokenizer: Tokenizer, *, name: str, where: str) -> LoadedModel:
+def _finish(
+    model: PreTrainedModel, tokenizer: ByteTokenizer | HFTokenizer, *, name: str, where: str
+) -> LoadedModel:
     config = model.config
     _check_supported(model, where)
     if isinstance(tokenizer, ByteTokenizer) and tokenizer.vocab_size > config.vocab_size:

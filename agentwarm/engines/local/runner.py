@@ -47,7 +47,7 @@ from agentwarm.errors import EngineError, InvalidRequest
 
 if TYPE_CHECKING:
     from agentwarm.engines.local.model import LoadedModel
-    from agentwarm.engines.local.tokenizer import Tokenizer
+    from agentwarm.engines.tokenizers import Tokenizer
 
 __all__ = (
     "KV",

@@ -1,20 +1,24 @@
-"""The tokenizers :class:`~agentwarm.engines.sglang.SGLangEngine` encodes with, and how it finds
-the one that matches a server.
+"""How :class:`~agentwarm.engines.sglang.SGLangEngine` finds the tokenizer that matches a
+server, and the tokenizer of last resort that asks the server (:class:`RemoteTokenizer`).
 
-``encode`` never adds special tokens (segment-wise encodings must concatenate). Loading never
-downloads and never imports torch (the embedded engine's package does).
+The tokenizers themselves (the protocol, the byte tokenizer, the Hugging Face adapter and
+:func:`load_tokenizer`) live in :mod:`agentwarm.engines.tokenizers`, shared with the embedded
+engine; they are re-exported here, where the SGLang client imports them. ``encode`` never adds
+special tokens (segment-wise encodings must concatenate). Loading never downloads and never
+imports torch.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import httpx
 
 from agentwarm.engines.sglang.protocol import DetokenizeRequest, TokenizeRequest
+from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
+from agentwarm.engines.tokenizers import Tokenizer as TextTokenizer
 from agentwarm.errors import EngineError, EngineUnavailable
 from agentwarm.redact import redact_credentials
 
@@ -28,15 +32,6 @@ __all__ = (
 )
 
 log = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class TextTokenizer(Protocol):
-    """What :class:`SGLangEngine` needs from a tokenizer: no special tokens added by ``encode``."""
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 class RemoteTokenizer:
@@ -92,56 +87,6 @@ class RemoteTokenizer:
 
     def __repr__(self) -> str:
         return f"RemoteTokenizer({self.url!r})"
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as ids 0..255: the tokenizer of ``FakeEngine`` and the built-in presets."""
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
-
-    def __repr__(self) -> str:
-        return "ByteTokenizer()"
-
-
-class HFTokenizer:
-    """A local Hugging Face tokenizer: no special tokens added, special/unknown ids skipped."""
-
-    def __init__(self, path: str) -> None:
-        from transformers import AutoTokenizer
-
-        self._tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self._size = len(self._tok)
-        self.path = path
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        valid = [int(i) for i in ids if 0 <= int(i) < self._size]
-        return str(self._tok.decode(valid, skip_special_tokens=True))
-
-    def __repr__(self) -> str:
-        return f"HFTokenizer({self.path!r})"
-
-
-def load_tokenizer(spec: str | Path | TextTokenizer | None) -> TextTokenizer | None:
-    """``None``, ``"byte"``, a local tokenizer directory / cached hub id, or a tokenizer object."""
-    if spec is None:
-        return None
-    if isinstance(spec, TextTokenizer) and not isinstance(spec, str | Path):
-        return spec
-    if spec == "byte":
-        return ByteTokenizer()
-    try:
-        return HFTokenizer(str(spec))
-    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ...
-        raise EngineError(
-            f"cannot load a tokenizer from {str(spec)!r} without downloading: {exc}"
-        ) from exc
 
 
 def tokenizer_from_info(
