@@ -84,5 +84,5 @@ def decode(feature: str, value: Any, where: str) -> FeatureKey:
             and names == sorted(set(names))
         )
     if not ok:
-        raise ValueError(f"predictor state {where}: not a {feature!r} context: {value!r}")
+        raise ValueError(f"{where}: not a {feature!r} context: {value!r}")
     return tuple(value)

@@ -10,9 +10,11 @@ the limits below. :func:`parse` turns any problem into one ``ValueError`` naming
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+
+from agentwarm.predictors import _features
 
 __all__ = (
     "MAX_CONTEXTS",
@@ -77,6 +79,68 @@ class MarkovState(_State):
     recent_contexts: Annotated[list[ContextEntry], Field(max_length=MAX_CONTEXTS)] = []
     feature_contexts: dict[Name, Annotated[list[FeatureEntry], Field(max_length=MAX_CONTEXTS)]] = {}
 
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """What the field types cannot say: the features, the weights of the experts, each
+        expert's tables (the context bound, lengths, repeats, feature keys, known names)."""
+        feats = self.features
+        if any(f not in _features.FEATURES for f in feats) or len(set(feats)) != len(feats):
+            raise ValueError(
+                f"field 'features' must be distinct names among {list(_features.FEATURES)}, "
+                f"got {feats}"
+            )
+        k = 1 + (self.recent_half_life is not None) + len(feats)
+        if self.weights is not None and (
+            len(self.weights) != k or abs(sum(self.weights) - 1.0) > 1e-6
+        ):
+            raise ValueError(
+                f"field 'weights' must be {k} numbers in [0, 1] summing to 1, got {self.weights!r}"
+            )
+        known = set(self.known)
+        bound = self.max_contexts
+        _check_tables(self.contexts, "contexts", known, bound, self.max_order)
+        _check_tables(self.recent_contexts, "recent_contexts", known, bound)
+        if self.recent_contexts and self.recent_half_life is None:
+            raise ValueError("has recent_contexts but no recent_half_life")
+        if set(self.feature_contexts) - set(feats):
+            raise ValueError(
+                f"field 'feature_contexts' must be an object keyed by features {feats}"
+            )
+        for feature, items in self.feature_contexts.items():
+            where = f"feature_contexts[{feature!r}]"
+            _check_tables(items, where, known, bound, feature=feature)
+        return self
+
+
+def _check_tables(
+    items: list[Any],
+    field: str,
+    known: set[str],
+    max_contexts: int | None,
+    max_len: int | None = None,
+    feature: str | None = None,
+) -> None:
+    """One expert's ``[context, counts]`` entries: at most ``max_contexts``, contexts at most
+    ``max_len`` long (or feature keys ``feature`` can make), none twice, counting known nodes."""
+    if max_contexts is not None and len(items) > max_contexts:
+        raise ValueError(
+            f"field {field!r} has {len(items)} contexts, more than max_contexts={max_contexts}"
+        )
+    seen: set[tuple[Any, ...]] = set()
+    for i, (names, table) in enumerate(items):
+        where = f"{field}[{i}]"
+        if feature is not None:
+            _features.decode(feature, names, f"{where}[0]")
+        if max_len is not None and len(names) > max_len:
+            raise ValueError(f"{where} is longer than max_order={max_len}")
+        context = tuple(names)
+        if context in seen:
+            raise ValueError(f"{where} repeats context {names}")
+        seen.add(context)
+        unknown = [name for name in table if name not in known]
+        if unknown:
+            raise ValueError(f"{where} counts unknown nodes {unknown}")
+
 
 class FirstOrderState(_State):
     """``FirstOrderPredictor.to_dict()``."""
@@ -85,6 +149,15 @@ class FirstOrderState(_State):
     pseudo_count: Count
     known: Names
     counts: Annotated[dict[Name, CountTable], Field(max_length=MAX_NAMES)]
+
+    @model_validator(mode="after")
+    def _counts_known_nodes(self) -> Self:
+        known = set(self.known)
+        for node, table in self.counts.items():
+            unknown = [name for name in table if name not in known]
+            if unknown:
+                raise ValueError(f"counts[{node!r}] counts unknown nodes {unknown}")
+        return self
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -101,12 +174,16 @@ def parse(model: type[_M], data: Mapping[str, Any], what: str = "predictor state
 
 
 def describe(exc: ValidationError, what: str) -> str:
-    """One line for the first error of ``exc``: field path, problem, offending value."""
+    """One line for the first error of ``exc``: field path, problem, offending value; or, for
+    a check of the whole document (a model validator's ``ValueError``), its own message."""
     errors = exc.errors(include_url=False)
     first = errors[0]
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    error = first.get("ctx", {}).get("error")
+    if not first["loc"] and isinstance(error, ValueError):
+        return f"{what} {error}{more}"
     field = ".".join(str(part) for part in first["loc"]) or "(top level)"
     value = short(first.get("input"))
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return f"{what} field {field!r}: {first['msg']}, got {value}{more}"
 
 

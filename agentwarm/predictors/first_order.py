@@ -75,11 +75,7 @@ class FirstOrderPredictor:
         state = _serial.parse(_serial.FirstOrderState, data)
         model = cls(pseudo_count=state.pseudo_count)
         model._known = dict.fromkeys(state.known)
-        for node, table in state.counts.items():
-            unknown = [name for name in table if name not in model._known]
-            if unknown:
-                raise ValueError(f"predictor state counts[{node!r}] counts unknown nodes {unknown}")
-            model._counts[node] = dict(table)
+        model._counts = {node: dict(table) for node, table in state.counts.items()}
         return model
 
     def __repr__(self) -> str:

@@ -3,8 +3,8 @@ it replaced; its memory stays bounded.
 
 ``Reference`` keeps the pre-change ``predict`` / ``observe`` of :class:`MarkovPredictor`
 (commit b83186d) verbatim, helpers prefixed ``_ref_``, with the feature keys of that
-commit's ``_features``; it stores its counts in the same fields, so ``to_dict`` compares
-the learned state."""
+commit's ``_features``; it writes its learned state as ``MarkovPredictor.to_dict`` does, so
+``to_dict`` compares the learned state."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from agentwarm.predictors import END, START, MarkovPredictor, default_predictor
 from agentwarm.predictors.base import rank, support
 from agentwarm.predictors.markov import DEFAULT_FEATURES, DEFAULT_RECENT_HALF_LIFE
+from agentwarm.predictors.markov.model import MAX_PREPARED_PATHS
 
 Context = tuple[str, ...]
 Table = dict[str, float]
@@ -58,8 +59,61 @@ def _ref_key(feature: str, path: Sequence[str]) -> tuple[Any, ...] | None:
     return _KEYS[feature](path) if path else None
 
 
-class Reference(MarkovPredictor):
-    """:class:`MarkovPredictor` with the estimation and counting it had before."""
+class Reference:
+    """:class:`MarkovPredictor` as it was before: the same configuration and learned state,
+    the estimation and counting it had then, and its ``to_dict`` to compare the state."""
+
+    def __init__(
+        self,
+        max_order: int = 3,
+        *,
+        half_life: float | None = 200.0,
+        backoff: float = 2.0,
+        min_count: float = 1e-3,
+        features: Sequence[str] = (),
+        recent_half_life: float | None = None,
+        share: float = 0.01,
+        max_contexts: int | None = 4096,
+    ) -> None:
+        self.max_order = max_order
+        self.half_life = None if half_life is None else float(half_life)
+        self.backoff = float(backoff)
+        self.min_count = float(min_count)
+        self.features = tuple(features)
+        self.recent_half_life = None if recent_half_life is None else float(recent_half_life)
+        self.share = float(share)
+        self.max_contexts = max_contexts
+        self._decay = 1.0 if half_life is None else 0.5 ** (1.0 / half_life)
+        self._recent_decay = 1.0 if recent_half_life is None else 0.5 ** (1.0 / recent_half_life)
+        self._counts: dict[Context, Table] = {}
+        self._recent: dict[Context, Table] = {}
+        self._feature_counts: dict[str, dict[Any, Table]] = {f: {} for f in self.features}
+        self._known: dict[str, None] = {}
+        self._observations = 0
+        experts = 1 + (recent_half_life is not None) + len(self.features)
+        self._weights = [1.0 / experts] * experts
+
+    def to_dict(self) -> dict[str, Any]:
+        def entries(tables: Mapping[Any, Table]) -> list[list[Any]]:
+            return [[list(context), dict(table)] for context, table in tables.items()]
+
+        return {
+            "kind": "markov",
+            "max_order": self.max_order,
+            "half_life": self.half_life,
+            "backoff": self.backoff,
+            "min_count": self.min_count,
+            "features": list(self.features),
+            "recent_half_life": self.recent_half_life,
+            "share": self.share,
+            "max_contexts": self.max_contexts,
+            "observations": self._observations,
+            "known": list(self._known),
+            "weights": list(self._weights),
+            "contexts": entries(self._counts),
+            "recent_contexts": entries(self._recent),
+            "feature_contexts": {f: entries(t) for f, t in self._feature_counts.items()},
+        }
 
     def _ref_contexts(self, path: Sequence[str]) -> list[Context]:
         tail = (START, *path[-self.max_order :]) if self.max_order else ()
@@ -306,7 +360,9 @@ def test_paths_predicted_without_observing_are_not_all_kept() -> None:
     model.observe(["a"], "b")
     for walk in random_walks(1_000, seed=1, nodes=10, length=8):
         model.predict(walk, candidates=["a", "b"])
-    assert len(model._steps) <= 64
+    assert 1 <= model.prepared_paths <= MAX_PREPARED_PATHS
+    model.observe(walk, "a")
+    assert model.prepared_paths == 0  # what they read is out of date once the counts change
 
 
 def test_unbounded_state_still_loads_and_merges() -> None:
