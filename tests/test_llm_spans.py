@@ -14,8 +14,9 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from agentwarm import END, Context, Engine, FakeEngine, WorkflowGraph, node
+from agentwarm import END, Context, FakeEngine, WorkflowGraph, node
 from agentwarm import telemetry as tm
+from agentwarm.engines import Engine
 from agentwarm.engines.local import LocalEngine
 from agentwarm.engines.routing import MultiWorkerEngine
 from agentwarm.engines.sglang import SGLangEngine
