@@ -15,9 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from agentwarm.bench import LAYOUTS, MODES, BenchConfig, profile, run_bench
 from agentwarm.bench.report import BenchReport, require_matplotlib
-from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
 from agentwarm.engines.base import Engine
+from agentwarm.engines.registry import open_engine
 from agentwarm.errors import ConfigError
 from agentwarm.redact import redact_credentials
 

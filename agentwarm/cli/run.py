@@ -16,9 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from agentwarm import _jsonfile
 from agentwarm import telemetry as tm
-from agentwarm.cli._engines import open_engine
 from agentwarm.cli._errors import cli_errors
 from agentwarm.cli._run_report import Failure, interrupted, render, report_failures
+from agentwarm.engines.registry import open_engine
 from agentwarm.errors import (
     ConfigError,
     EngineError,

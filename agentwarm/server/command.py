@@ -11,7 +11,9 @@ from pathlib import Path
 import typer
 
 from agentwarm.engines.base import Engine
-from agentwarm.server import ServerConfig, build_engine, run_server
+from agentwarm.engines.registry import build_engine
+from agentwarm.server.app import ServerConfig
+from agentwarm.server.run import run_server
 
 __all__ = ("serve",)
 

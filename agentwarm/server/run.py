@@ -1,4 +1,7 @@
-"""Running ``agentwarm serve``: build the engine, bind the socket, serve with uvicorn.
+"""Running ``agentwarm serve``: bind the socket, build the engine, serve with uvicorn.
+
+The engine comes from a factory called inside the server's event loop (``agentwarm serve`` uses
+:func:`agentwarm.engines.registry.build_engine`).
 
 The server binds its socket before uvicorn starts (``port=0`` picks a free port) and, once it
 accepts connections, calls ``on_ready(url)``; the CLI prints
@@ -14,7 +17,6 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import uvicorn
 
@@ -23,43 +25,9 @@ from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.security import check_exposure, is_loopback
 
-__all__ = ("build_engine", "is_loopback", "run_server", "serve_engine")
+__all__ = ("is_loopback", "run_server", "serve_engine")
 
 log = logging.getLogger(__name__)
-
-
-def build_engine(
-    kind: str = "local",
-    *,
-    model: str = "tiny",
-    chunk_size: int | None = None,
-    max_cached_tokens: int | None = None,
-    seconds_per_token: float | None = None,
-    seconds_per_output_token: float | None = None,
-) -> Engine:
-    """The engine ``agentwarm serve --engine KIND`` serves: ``local`` (the embedded torch engine
-    with ``model`` = a preset name or a checkpoint directory) or ``fake`` (the deterministic
-    :class:`~agentwarm.engines.fake.FakeEngine`, for tests). Call it inside the event loop."""
-    if kind == "fake":
-        from agentwarm.engines.fake import FakeEngine
-
-        fake_kwargs: dict[str, Any] = {
-            "seconds_per_token": seconds_per_token,
-            "seconds_per_output_token": seconds_per_output_token,
-            "chunk_size": chunk_size,
-            "max_cached_tokens": max_cached_tokens,
-            "model_name": f"fake-{model}",
-        }
-        return FakeEngine(**{k: v for k, v in fake_kwargs.items() if v is not None})
-    if kind == "local":
-        from agentwarm.engines.local import LocalEngine
-
-        local_kwargs: dict[str, Any] = {
-            "chunk_size": chunk_size,
-            "max_cached_tokens": max_cached_tokens,
-        }
-        return LocalEngine(model, **{k: v for k, v in local_kwargs.items() if v is not None})
-    raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
 
 
 def _bind(host: str, port: int) -> socket.socket:

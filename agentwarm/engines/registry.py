@@ -1,0 +1,101 @@
+"""Engines named by options: the one factory behind every ``--engine`` option.
+
+* :func:`build_engine` — an engine in this process, ``local`` (the embedded torch engine) or
+  ``fake`` (the deterministic :class:`~agentwarm.engines.fake.FakeEngine`); what
+  ``agentwarm serve --engine`` serves.
+* :func:`open_engine` — ``local``, ``fake``, or one or more comma-separated ``http(s)://`` URLs
+  of SGLang servers / ``agentwarm serve``; what ``agentwarm run`` and ``agentwarm bench`` use.
+
+Engine modules are imported on first use, so that naming ``fake`` or a URL pulls in neither torch
+nor transformers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentwarm.engines.base import Engine
+from agentwarm.errors import ConfigError
+from agentwarm.redact import redact_credentials
+
+__all__ = ("EMBEDDED_KINDS", "build_engine", "open_engine")
+
+#: The engines that run in this process (the other ``--engine`` values are URLs).
+EMBEDDED_KINDS = ("local", "fake")
+
+
+def build_engine(
+    kind: str = "local",
+    *,
+    model: str = "tiny",
+    chunk_size: int | None = None,
+    max_cached_tokens: int | None = None,
+    seconds_per_token: float | None = None,
+    seconds_per_output_token: float | None = None,
+    model_name: str | None = None,
+) -> Engine:
+    """The engine ``kind`` names: ``local`` (``model`` = a preset name or a checkpoint directory)
+    or ``fake`` (named ``model_name``, default ``fake-{model}``; the ``seconds_per_*`` options
+    are its costs). An option left ``None`` keeps the engine's default. Call it inside the event
+    loop. Raises :class:`~agentwarm.errors.ConfigError` for any other ``kind``."""
+    if kind == "fake":
+        from agentwarm.engines.fake import FakeEngine
+
+        return FakeEngine(
+            **_given(
+                seconds_per_token=seconds_per_token,
+                seconds_per_output_token=seconds_per_output_token,
+                chunk_size=chunk_size,
+                max_cached_tokens=max_cached_tokens,
+                model_name=model_name or f"fake-{model}",
+            )
+        )
+    if kind == "local":
+        from agentwarm.engines.local import LocalEngine
+
+        return LocalEngine(
+            model, **_given(chunk_size=chunk_size, max_cached_tokens=max_cached_tokens)
+        )
+    raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
+
+
+async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -> Engine:
+    """The engine of ``--engine spec --model model``: ``local`` (with ``chunk_size``), ``fake``
+    (its defaults: it ignores ``model`` and ``chunk_size``) or one or more comma-separated
+    ``http(s)://`` URLs of SGLang servers / ``agentwarm serve`` (several: a
+    :class:`~agentwarm.engines.routing.MultiWorkerEngine`).
+
+    A URL is probed (``/health``, ``/model_info``) here, so an unreachable server is reported
+    before any run starts. Raises :class:`~agentwarm.errors.ConfigError` for a ``spec`` that is
+    none of these or a malformed URL."""
+    if spec == "local":
+        return build_engine("local", model=model, chunk_size=chunk_size or None)
+    if spec == "fake":
+        return build_engine("fake", model_name="fake")
+    urls = [u.strip() for u in spec.split(",") if u.strip()]
+    if urls and all(u.startswith(("http://", "https://")) for u in urls):
+        from agentwarm.engines import sglang
+
+        for url in urls:  # before any connection: a malformed URL is the user's to fix
+            try:
+                sglang.check_url(url)
+            except ValueError as exc:
+                raise ConfigError(f"--engine: {exc}") from None
+        # A local checkpoint dir gives the tokenizer; with a preset name the client asks the
+        # server (/model_info's tokenizer_path, else /tokenize).
+        tokenizer = model if Path(model).is_dir() else None
+        if len(urls) == 1:
+            return await sglang.SGLangEngine.from_url(urls[0], tokenizer=tokenizer)
+        from agentwarm.engines.routing import MultiWorkerEngine
+
+        return await MultiWorkerEngine.from_urls(urls, tokenizer=tokenizer)
+    raise ConfigError(
+        f"--engine {redact_credentials(spec)!r} is not valid: use 'local', 'fake', or the URL of "
+        "an SGLang server (http://HOST:PORT, several separated by commas)"
+    )
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """``options`` without those left ``None`` (the engine's default applies)."""
+    return {name: value for name, value in options.items() if value is not None}
