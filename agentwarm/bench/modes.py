@@ -20,7 +20,7 @@ from agentwarm.bench.metered import MeteredEngine, RequestRecord
 from agentwarm.bench.workload import SCRIPT_KEY, Episode, EpisodeScript, Workload
 from agentwarm.engines.base import Engine, EngineStats
 from agentwarm.predictors import Predictor, default_predictor
-from agentwarm.runtime import PrefetchPolicy, RunResult, WorkflowSession
+from agentwarm.runtime import PrefetchPolicy, RunResult
 
 __all__ = ("MODES", "ModeRun", "OraclePredictor", "pretrain", "run_mode")
 
@@ -147,7 +147,7 @@ async def run_mode(
         # Exactly the true next step: no extra candidates from hints in the step's output.
         run_policy = run_policy.model_copy(update={"use_output_hints": False})
     workflow = workload.workflow()
-    session = WorkflowSession(workflow, predictor=predictor, policy=run_policy)
+    session = workflow.session(predictor=predictor)
     await metered.generate(metered.encode("warm-up"), max_tokens=2, namespace=f"{namespace}-warmup")
     metered.records.clear()
     before = await _stats(metered)
