@@ -91,13 +91,12 @@ def test_library_users_still_get_pythons_warning_format(tmp_path):
         f"""
         import warnings
         from agentwarm import END, WorkflowGraph, node
-        from agentwarm.runtime.session import WorkflowSession
 
         @node(entry=True, next=[END])
         async def a(ctx):
             return END
 
-        WorkflowSession(WorkflowGraph("wf").add(a).compile(), state_dir={str(state)!r})
+        WorkflowGraph("wf").add(a).compile().session(state_dir={str(state)!r})
         """
     )
     done = subprocess.run(
