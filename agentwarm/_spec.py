@@ -1,7 +1,11 @@
-"""The words every layer shares: :data:`START`, :data:`END` and :class:`NodeSpec`.
+"""The words every layer shares: :data:`START`, :data:`END`, :class:`NodeSpec`, and the outcome
+and kind vocabulary of steps and prefetches (:class:`StepOutcome`, :class:`PrefetchOutcome`,
+:class:`PrefetchKind`).
 
 Plain data, the ground floor: this module imports nothing from agentwarm, so graphs, predictors,
-the runtime, telemetry and the tools on top all take these names from here.
+the runtime, telemetry, statistics and the tools on top all take these names from here. The
+enums are :class:`~enum.StrEnum`: each member *is* its string value, which is what JSON output,
+trace files and metric attributes hold.
 """
 
 from __future__ import annotations
@@ -9,9 +13,19 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-__all__ = ("END", "START", "NodeFn", "NodeResult", "NodeSpec")
+__all__ = (
+    "END",
+    "START",
+    "NodeFn",
+    "NodeResult",
+    "NodeSpec",
+    "PrefetchKind",
+    "PrefetchOutcome",
+    "StepOutcome",
+)
 
 #: Return this (or list it in ``next``) to finish a workflow branch; also the predictors' and
 #: traces' name for "the run ended here".
@@ -57,3 +71,40 @@ class NodeSpec:
 
     def __call__(self, ctx: Any) -> Awaitable[NodeResult] | NodeResult:
         return self.fn(ctx)
+
+
+class StepOutcome(StrEnum):
+    """Whether a step's node had been speculatively prefetched during the previous step."""
+
+    HIT = "hit"
+    """The step's node was speculatively prefetched during the previous step (a branch hit)."""
+    MISS = "miss"
+    """The step has a previous step and its node was not speculatively prefetched during it."""
+    NONE = "none"
+    """The run's first step: there was no previous step to prefetch it."""
+
+
+class PrefetchKind(StrEnum):
+    """Why a prefill was sent: a guess (a prefetch) or the warming of the known next node."""
+
+    SPECULATIVE = "speculative"
+    """A guess issued while the previous step runs: counts as a prefetch."""
+    CONFIRMED = "confirmed"
+    """Warming of the actual next node once it is known: not speculation, not a prefetch."""
+
+
+class PrefetchOutcome(StrEnum):
+    """How a prefill ended (every prefill ends with exactly one outcome)."""
+
+    HIT = "hit"
+    """The target was the actual next node and its real request used the prefix."""
+    WASTED = "wasted"
+    """The prefill finished but its target was not taken."""
+    CANCELLED = "cancelled"
+    """The prefill was stopped before it finished: its target lost, the run ended, or admission
+    gave its slot to a likelier prefill."""
+    FAILED = "failed"
+    """The engine failed the prefill."""
+    DROPPED = "dropped"
+    """Admission refused the prefill (over the engine's speculative rate or budget): nothing of
+    it reached the engine. Not counted as issued."""

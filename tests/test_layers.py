@@ -19,12 +19,17 @@ ROOT = Path(__file__).resolve().parents[1] / "agentwarm"
 
 #: The layers below may not import the layers above (a prefix names a module and its submodules).
 GROUND = ("agentwarm._spec", "agentwarm.telemetry")
-LOWER = (*GROUND, "agentwarm.graphs", "agentwarm.predictors", "agentwarm.engines")
+#: The figures of runs (from records or traces): above the ground floor, below the runtime.
+STATS = ("agentwarm.stats",)
+LOWER = (*GROUND, *STATS, "agentwarm.graphs", "agentwarm.predictors", "agentwarm.engines")
 TOP = ("agentwarm.runtime", "agentwarm.cli", "agentwarm.server", "agentwarm.bench", "agentwarm.viz")
 FORBIDDEN: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (LOWER, TOP),
-    # Plain data and the engines/predictors do not know about workflow graphs.
-    ((*GROUND, "agentwarm.predictors", "agentwarm.engines"), ("agentwarm.graphs",)),
+    # Plain data, statistics and the engines/predictors do not know about workflow graphs.
+    ((*GROUND, *STATS, "agentwarm.predictors", "agentwarm.engines"), ("agentwarm.graphs",)),
+    # Statistics read records and traces; nothing they need runs workflows or talks to engines.
+    (STATS, ("agentwarm.predictors", "agentwarm.engines")),
+    (GROUND, STATS),
     (("agentwarm.server",), ("agentwarm.cli",)),
 )
 

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import START
+from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.errors import ConfigError
 
 
@@ -54,7 +54,6 @@ def test_attribute_keys_are_pinned() -> None:
     assert tm.AW_STEP_TTFT == "agentwarm.step.ttft_s"
     assert tm.AW_PREFILL_OUTCOME == "agentwarm.prefill.outcome"
     assert tm.PREFILL_OUTCOMES == ("hit", "wasted", "cancelled", "failed", "dropped")
-    assert (tm.KIND_SPECULATIVE, tm.KIND_CONFIRMED) == ("speculative", "confirmed")
 
 
 def test_gen_ai_keys_match_the_semconv_package() -> None:
@@ -100,7 +99,7 @@ def _emit_run(tracer: object) -> None:
                 from_node=START,
                 node="triage",
                 prefetched=False,
-                outcome=tm.STEP_NONE,
+                outcome=StepOutcome.NONE,
             ),
         ) as step,
     ):
@@ -126,13 +125,13 @@ def _emit_run(tracer: object) -> None:
                 run_id="run-1",
                 source="triage",
                 target="refund",
-                kind=tm.KIND_SPECULATIVE,
+                kind=PrefetchKind.SPECULATIVE,
                 tokens=100,
                 probability=0.75,
                 rank=0,
             ),
         ) as pre:
-            pre.set_attribute(tm.AW_PREFILL_OUTCOME, tm.OUTCOME_WASTED)
+            pre.set_attribute(tm.AW_PREFILL_OUTCOME, PrefetchOutcome.WASTED)
             pre.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, 40)
         step.set_attributes(
             tm.step_result_attributes(ttft_s=0.25, prompt_tokens=120, cached_tokens=96)
@@ -329,8 +328,8 @@ def test_instruments_names_units_and_attributes() -> None:
     inst.record_hit("wf")
     inst.record_wasted("wf", 50)
     inst.record_wasted("wf", 0)
-    inst.record_ttft("wf", 0.02, tm.STEP_HIT)
-    inst.record_ttft("wf", 0.2, tm.STEP_MISS)
+    inst.record_ttft("wf", 0.02, StepOutcome.HIT)
+    inst.record_ttft("wf", 0.2, StepOutcome.MISS)
     data = reader.get_metrics_data()
     assert data is not None
     found = {

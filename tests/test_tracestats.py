@@ -1,4 +1,4 @@
-"""tracestats on hand-built trace files, with exact expected numbers."""
+"""agentwarm.stats on hand-built trace files, with exact expected numbers."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import START
+from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.errors import ConfigError
-from agentwarm.tracestats import (
+from agentwarm.stats import (
     acceptance_ratio,
     branch_hit_rate,
     compute_stats,
@@ -42,7 +42,11 @@ def step(
         from_node=frm,
         node=node,
         prefetched=prefetched,
-        outcome="none" if frm == START else ("hit" if prefetched else "miss"),
+        outcome=(
+            StepOutcome.NONE
+            if frm == START
+            else (StepOutcome.HIT if prefetched else StepOutcome.MISS)
+        ),
     )
     attrs.update(tm.step_result_attributes(ttft_s=ttft, prompt_tokens=prompt, cached_tokens=cached))
     return span(tm.step_span_name(node), attrs, run)
@@ -55,7 +59,7 @@ def prefill(
     outcome: str,
     computed: int,
     *,
-    kind: str = tm.KIND_SPECULATIVE,
+    kind: str = PrefetchKind.SPECULATIVE,
     workflow: str = "wf",
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = tm.prefill_attributes(
@@ -97,19 +101,19 @@ def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Three runs of workflow ``wf`` split over two files (see the expected numbers below)."""
     run1 = [
         step("r1", 0, START, "a", ttft=0.5, prompt=100, cached=0),
-        prefill("r1", "a", "b", tm.OUTCOME_HIT, 30),
-        prefill("r1", "a", "c", tm.OUTCOME_WASTED, 20),
+        prefill("r1", "a", "b", PrefetchOutcome.HIT, 30),
+        prefill("r1", "a", "c", PrefetchOutcome.WASTED, 20),
         step("r1", 1, "a", "b", prefetched=True, ttft=0.1, prompt=200, cached=150),
-        prefill("r1", "b", "d", tm.OUTCOME_CANCELLED, 10),
-        prefill("r1", "b", "c", tm.OUTCOME_HIT, 50, kind=tm.KIND_CONFIRMED),
+        prefill("r1", "b", "d", PrefetchOutcome.CANCELLED, 10),
+        prefill("r1", "b", "c", PrefetchOutcome.HIT, 50, kind=PrefetchKind.CONFIRMED),
         step("r1", 2, "b", "c", ttft=0.4, prompt=300, cached=250),
     ]
     run2 = [
         step("r2", 0, START, "a", ttft=0.6),
-        prefill("r2", "a", "b", tm.OUTCOME_WASTED, 25),
+        prefill("r2", "a", "b", PrefetchOutcome.WASTED, 25),
         step("r2", 1, "a", "c", ttft=0.3),
-        prefill("r2", "c", "b", tm.OUTCOME_HIT, 5),
-        prefill("r2", "c", "a", tm.OUTCOME_FAILED, 0),
+        prefill("r2", "c", "b", PrefetchOutcome.HIT, 5),
+        prefill("r2", "c", "a", PrefetchOutcome.FAILED, 0),
         step("r2", 2, "c", "b", prefetched=True, ttft=0.2),
     ]
     run3 = [
@@ -195,19 +199,22 @@ def test_pure_definitions_on_plain_records() -> None:
 
 
 def test_definitions_agree_with_the_runtime_summary() -> None:
-    result_mod = pytest.importorskip("agentwarm.runtime.result")
-    s0 = result_mod.StepRecord(index=0, node="a", from_node="__start__", path=["a"])
-    s1 = result_mod.StepRecord(index=1, node="b", from_node="a", path=["a", "b"], prefetched=True)
-    s2 = result_mod.StepRecord(index=2, node="c", from_node="b", path=["a", "b", "c"])
+    from agentwarm.runtime.records import PrefetchRecord, StepRecord
+    from agentwarm.runtime.result import RunResult
+
+    spec, confirmed = PrefetchKind.SPECULATIVE, PrefetchKind.CONFIRMED
+    s0 = StepRecord(index=0, node="a", from_node="__start__", path=["a"])
+    s1 = StepRecord(index=1, node="b", from_node="a", path=["a", "b"], prefetched=True)
+    s2 = StepRecord(index=2, node="c", from_node="b", path=["a", "b", "c"])
     s0.prefetches = [
-        result_mod.PrefetchRecord("b", 0.6, 1, "speculative", 40, 30, "hit"),
-        result_mod.PrefetchRecord("c", 0.3, 2, "speculative", 40, 12, "cancelled"),
+        PrefetchRecord("b", 0.6, 1, spec, 40, 30, PrefetchOutcome.HIT),
+        PrefetchRecord("c", 0.3, 2, spec, 40, 12, PrefetchOutcome.CANCELLED),
     ]
     s1.prefetches = [
-        result_mod.PrefetchRecord("d", 0.9, 1, "speculative", 40, 9, "wasted"),
-        result_mod.PrefetchRecord("c", 1.0, 1, "confirmed", 40, 40, "hit"),
+        PrefetchRecord("d", 0.9, 1, spec, 40, 9, PrefetchOutcome.WASTED),
+        PrefetchRecord("c", 1.0, 1, confirmed, 40, 40, PrefetchOutcome.HIT),
     ]
-    run = result_mod.RunResult("wf", "r", "", ["a", "b", "c"], [s0, s1, s2], {}, 0.0)
+    run = RunResult("wf", "r", "", ["a", "b", "c"], [s0, s1, s2], {}, 0.0)
     summary = run.summary()
     prefills = [p for s in run.steps for p in s.prefetches]
     assert summary["branch_hit_rate"] == branch_hit_rate(run.steps) == 0.5
@@ -219,7 +226,7 @@ def test_bad_and_foreign_lines_are_reported_with_line_numbers(tmp_path: Path) ->
     good = step("r1", 0, START, "a", ttft=0.1)
     no_from = step("r1", 1, "a", "b")
     del no_from["attributes"][tm.AW_STEP_FROM]
-    no_target = prefill("r1", "a", "b", tm.OUTCOME_HIT, 3)
+    no_target = prefill("r1", "a", "b", PrefetchOutcome.HIT, 3)
     del no_target["attributes"][tm.AW_PREFILL_TARGET]
     bad_int = step("r1", 1, "a", "b")
     bad_int["attributes"][tm.AW_STEP_INDEX] = "seven"
@@ -271,7 +278,7 @@ def test_otlp_json_export_lines_are_understood(tmp_path: Path) -> None:
         return {"key": key, "value": {"stringValue": value}}
 
     s = step("r9", 1, "a", "b", prefetched=True, ttft=0.25)
-    p = prefill("r9", "a", "b", tm.OUTCOME_HIT, 12)
+    p = prefill("r9", "a", "b", PrefetchOutcome.HIT, 12)
     batch = {
         "resourceSpans": [
             {
@@ -336,7 +343,7 @@ def test_real_spans_roundtrip_through_the_jsonl_exporter(tmp_path: Path) -> None
                 from_node=frm,
                 node=node,
                 prefetched=hit,
-                outcome="x",
+                outcome=StepOutcome.HIT if hit else StepOutcome.NONE,
             )
             with tracer.start_as_current_span(tm.step_span_name(node), attributes=attrs) as sp:
                 if frm == START:
@@ -347,11 +354,11 @@ def test_real_spans_roundtrip_through_the_jsonl_exporter(tmp_path: Path) -> None
                             run_id="r",
                             source="a",
                             target="b",
-                            kind=tm.KIND_SPECULATIVE,
+                            kind=PrefetchKind.SPECULATIVE,
                             tokens=64,
                         ),
                     ) as pre:
-                        pre.set_attribute(tm.AW_PREFILL_OUTCOME, tm.OUTCOME_HIT)
+                        pre.set_attribute(tm.AW_PREFILL_OUTCOME, PrefetchOutcome.HIT)
                 sp.set_attributes(
                     tm.step_result_attributes(ttft_s=0.01, prompt_tokens=64, cached_tokens=60)
                 )

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from agentwarm import telemetry as tm
 from agentwarm._spec import START
 from agentwarm.cli import app
-from agentwarm.tracestats import MAX_COUNT, read_traces
+from agentwarm.stats import MAX_COUNT, read_traces
 from tests.test_tracestats import prefill, step
 
 runner = CliRunner()

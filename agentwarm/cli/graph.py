@@ -26,7 +26,7 @@ from agentwarm.viz import (
 if TYPE_CHECKING:
     from agentwarm.predictors.base import Predictor
     from agentwarm.runtime import Workflow
-    from agentwarm.tracestats import TraceStats
+    from agentwarm.stats import TraceStats
 
 __all__ = ("Format", "graph", "learned_probabilities", "register")
 
@@ -81,7 +81,7 @@ def _first_order_view(predictor: Predictor) -> Predictor:
 
 def _stats(workflow: Workflow, traces: list[Path]) -> TraceStats | None:
     from agentwarm.cli.stats import print_problems
-    from agentwarm.tracestats import compute_stats, read_traces
+    from agentwarm.stats import compute_stats, read_traces
 
     data = read_traces(traces)
     print_problems(data.problems)

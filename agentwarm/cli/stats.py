@@ -14,7 +14,7 @@ from rich.text import Text
 from agentwarm._fmt import NA, ms, pct, plural
 from agentwarm.cli._errors import cli_errors
 from agentwarm.errors import ConfigError
-from agentwarm.tracestats import Problem, TraceData, TraceStats, compute_stats, read_traces
+from agentwarm.stats import Problem, TraceData, TraceStats, compute_stats, read_traces
 
 __all__ = ("hit_rate_style", "print_problems", "register", "stats")
 

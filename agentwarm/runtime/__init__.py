@@ -3,23 +3,30 @@ and its policy."""
 
 from __future__ import annotations
 
+from agentwarm._spec import PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.guardrail import Guardrail, Level
 from agentwarm.runtime.policy import PrefetchPolicy
-from agentwarm.runtime.result import Outcome, PrefetchRecord, RunResult, StepRecord, summarize
+from agentwarm.runtime.records import PrefetchRecord, StepRecord
+from agentwarm.runtime.result import RunResult, summarize
 from agentwarm.runtime.session import WorkflowSession
 from agentwarm.runtime.transcript import Entry, Transcript
 from agentwarm.runtime.workflow import Workflow, WorkflowGraph, load_workflow
+
+#: The old name of :class:`PrefetchOutcome`, kept importable for existing callers.
+Outcome = PrefetchOutcome
 
 __all__ = (
     "Context",
     "Entry",
     "Guardrail",
     "Level",
-    "Outcome",
+    "PrefetchKind",
+    "PrefetchOutcome",
     "PrefetchPolicy",
     "PrefetchRecord",
     "RunResult",
+    "StepOutcome",
     "StepRecord",
     "Transcript",
     "Workflow",

@@ -19,7 +19,7 @@ from agentwarm._spec import END, START
 
 if TYPE_CHECKING:
     from agentwarm.graphs import CompiledGraph
-    from agentwarm.tracestats import TraceStats
+    from agentwarm.stats import TraceStats
 
 __all__ = (
     "NO_DATA",

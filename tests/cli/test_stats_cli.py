@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
+from agentwarm._spec import PrefetchKind, StepOutcome
 from agentwarm.cli import app
-from agentwarm.summary import SUMMARY_KEYS
+from agentwarm.stats import SUMMARY_KEYS
 
 runner = CliRunner()
 
@@ -24,7 +25,7 @@ def _step(run: str, index: int, frm: str, node: str, hit: bool, ttft: float) -> 
         from_node=frm,
         node=node,
         prefetched=hit,
-        outcome="hit" if hit else "miss",
+        outcome=StepOutcome.HIT if hit else StepOutcome.MISS,
     )
     attrs.update(tm.step_result_attributes(ttft_s=ttft, prompt_tokens=80, cached_tokens=40))
     return {"traceId": run * 32, "spanId": f"{run}{index:015x}", "name": f"invoke_agent {node}",
@@ -33,7 +34,12 @@ def _step(run: str, index: int, frm: str, node: str, hit: bool, ttft: float) -> 
 
 def _prefill(run: str, n: int, target: str, outcome: str, computed: int) -> dict[str, Any]:
     attrs: dict[str, Any] = tm.prefill_attributes(
-        workflow="wf", run_id=run, source="a", target=target, kind="speculative", tokens=50
+        workflow="wf",
+        run_id=run,
+        source="a",
+        target=target,
+        kind=PrefetchKind.SPECULATIVE,
+        tokens=50,
     )
     attrs.update({tm.AW_PREFILL_OUTCOME: outcome, tm.AW_PREFILL_COMPUTED_TOKENS: computed})
     return {"traceId": run * 32, "spanId": f"{run}f{n:014x}", "name": "agentwarm.prefill",

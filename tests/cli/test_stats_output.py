@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
+from agentwarm._spec import PrefetchKind, StepOutcome
 from agentwarm.cli import app
-from agentwarm.summary import SUMMARY_KEYS
+from agentwarm.stats import SUMMARY_KEYS
 
 runner = CliRunner()
 
@@ -25,7 +26,7 @@ def _step(
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = tm.step_attributes(
         workflow=wf, run_id=run, index=index, from_node=frm, node=node, prefetched=hit,
-        outcome="hit" if hit else "miss",
+        outcome=StepOutcome.HIT if hit else StepOutcome.MISS,
     )  # fmt: skip
     attrs.update(tm.step_result_attributes(ttft_s=ttft, prompt_tokens=80, cached_tokens=40))
     return {"traceId": (wf + run).ljust(32, "0"), "spanId": f"{run}{index:015x}",
@@ -34,7 +35,12 @@ def _step(
 
 def _prefill(run: str, n: int, target: str, outcome: str) -> dict[str, Any]:
     attrs: dict[str, Any] = tm.prefill_attributes(
-        workflow="wf", run_id=run, source="a", target=target, kind="speculative", tokens=50
+        workflow="wf",
+        run_id=run,
+        source="a",
+        target=target,
+        kind=PrefetchKind.SPECULATIVE,
+        tokens=50,
     )
     attrs.update({tm.AW_PREFILL_OUTCOME: outcome, tm.AW_PREFILL_COMPUTED_TOKENS: 40})
     return {"traceId": ("wf" + run).ljust(32, "0"), "spanId": f"{run}f{n:014x}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentwarm import END, WorkflowGraph, node
 from agentwarm.graphs import CompiledGraph
-from agentwarm.tracestats import StepSpan, TraceStats, compute_stats
+from agentwarm.stats import StepSpan, TraceStats, compute_stats
 from agentwarm.viz import GraphInfo, graph_info
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentwarm import END
-from agentwarm.tracestats import StepSpan, compute_stats
+from agentwarm.stats import StepSpan, compute_stats
 from agentwarm.viz import graph_info
 from agentwarm.viz.annotate import (
     NO_DATA,

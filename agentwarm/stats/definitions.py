@@ -35,7 +35,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
-from agentwarm import telemetry as tm
+from agentwarm._spec import PrefetchKind, PrefetchOutcome
 
 __all__ = (
     "SUMMARY_KEYS",
@@ -43,6 +43,7 @@ __all__ = (
     "StepLike",
     "Summary",
     "acceptance_ratio",
+    "anything_prefetched",
     "branch_hit_rate",
     "dropped",
     "has_previous",
@@ -54,8 +55,8 @@ __all__ = (
 
 
 class StepLike(Protocol):
-    """What the definitions need of a step (``runtime.result.StepRecord`` and
-    ``tracestats.StepSpan`` qualify)."""
+    """What the definitions need of a step (``runtime.records.StepRecord`` and
+    ``stats.traces.StepSpan`` qualify)."""
 
     @property
     def from_node(self) -> str: ...
@@ -72,8 +73,10 @@ class StepLike(Protocol):
 
 
 class PrefillLike(Protocol):
-    """What the definitions need of a prefill (``runtime.result.PrefetchRecord`` and
-    ``tracestats.PrefillSpan`` qualify)."""
+    """What the definitions need of a prefill (``runtime.records.PrefetchRecord`` and
+    ``stats.traces.PrefillSpan`` qualify). ``kind`` and ``outcome`` hold the values of
+    :class:`~agentwarm._spec.PrefetchKind` and :class:`~agentwarm._spec.PrefetchOutcome` (a
+    trace may hold other strings: they match no member)."""
 
     @property
     def kind(self) -> str: ...
@@ -91,29 +94,37 @@ def has_previous(step: StepLike) -> bool:
     return not step.from_node.startswith("__")
 
 
+def anything_prefetched(steps: Iterable[StepLike], prefills: Iterable[PrefillLike]) -> bool:
+    """Whether anything was prefetched: a speculative prefill, or a branch hit. Without it
+    (prefetching off, or nothing speculated) no step could be a hit and no hit rate is given."""
+    return any(p.kind == PrefetchKind.SPECULATIVE for p in prefills) or any(
+        s.prefetched and has_previous(s) for s in steps
+    )
+
+
 def branch_hit_rate(
     steps: Iterable[StepLike], prefills: Iterable[PrefillLike] | None = None
 ) -> float | None:
     """Branch hits / steps that have a previous step; ``None`` when no step has one, or when
-    ``prefills`` is given and nothing was prefetched (no speculative prefill and no hit)."""
+    ``prefills`` is given and nothing was prefetched (:func:`anything_prefetched`)."""
+    steps = list(steps)
+    if prefills is not None and not anything_prefetched(steps, prefills):
+        return None
     with_prev = [s for s in steps if has_previous(s)]
     hits = sum(1 for s in with_prev if s.prefetched)
-    speculated = prefills is None or any(p.kind == tm.KIND_SPECULATIVE for p in prefills)
-    if not (hits or speculated):
-        return None
     return hits / len(with_prev) if with_prev else None
 
 
 def dropped(prefill: PrefillLike) -> bool:
     """Whether admission refused the prefill (nothing of it reached the engine)."""
-    return prefill.outcome == tm.OUTCOME_DROPPED
+    return prefill.outcome == PrefetchOutcome.DROPPED
 
 
 def acceptance_ratio(prefills: Iterable[PrefillLike]) -> float | None:
     """Speculative prefills with outcome ``hit`` / speculative prefills issued (not dropped);
     ``None`` when none was issued."""
-    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE and not dropped(p)]
-    return sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT) / len(spec) if spec else None
+    spec = [p for p in prefills if p.kind == PrefetchKind.SPECULATIVE and not dropped(p)]
+    return sum(1 for p in spec if p.outcome == PrefetchOutcome.HIT) / len(spec) if spec else None
 
 
 def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
@@ -121,7 +132,7 @@ def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
     return sum(
         p.computed_tokens
         for p in prefills
-        if p.kind == tm.KIND_SPECULATIVE and p.outcome != tm.OUTCOME_HIT
+        if p.kind == PrefetchKind.SPECULATIVE and p.outcome != PrefetchOutcome.HIT
     )
 
 
@@ -201,7 +212,7 @@ def summarize_steps(
     """The :class:`Summary` of ``runs`` runs made of ``steps`` and the ``prefills`` issued
     during them (confirmed warm-ups included or not: only speculative ones count)."""
     with_prev = [s for s in steps if has_previous(s)]
-    spec = [p for p in prefills if p.kind == tm.KIND_SPECULATIVE]
+    spec = [p for p in prefills if p.kind == PrefetchKind.SPECULATIVE]
     ttfts = [s.ttft_s for s in steps if s.ttft_s is not None]
     return Summary(
         workflow=workflow,
@@ -213,7 +224,7 @@ def summarize_steps(
         acceptance_ratio=acceptance_ratio(spec),
         prefetches_issued=sum(1 for p in spec if not dropped(p)),
         prefetches_dropped=sum(1 for p in spec if dropped(p)),
-        prefetch_hits=sum(1 for p in spec if p.outcome == tm.OUTCOME_HIT),
+        prefetch_hits=sum(1 for p in spec if p.outcome == PrefetchOutcome.HIT),
         wasted_tokens=wasted_tokens(spec),
         prompt_tokens=sum(s.prompt_tokens for s in steps),
         cached_tokens=sum(s.cached_tokens for s in steps),

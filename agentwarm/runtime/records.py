@@ -1,0 +1,63 @@
+"""What a run records: one :class:`StepRecord` per executed step, with the
+:class:`PrefetchRecord` of each prefill issued during it.
+
+Their outcome and kind fields take the shared vocabulary of :mod:`agentwarm._spec`
+(:class:`~agentwarm._spec.StepOutcome`, :class:`~agentwarm._spec.PrefetchOutcome`,
+:class:`~agentwarm._spec.PrefetchKind`). "Confirmed" warm-ups (the actual next node's prefix,
+sent once it is known) are not speculation: they are recorded but excluded from the prefetch
+counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentwarm._spec import PrefetchKind, PrefetchOutcome, StepOutcome
+
+__all__ = ("PrefetchRecord", "StepRecord")
+
+
+@dataclass(slots=True)
+class PrefetchRecord:
+    """One prefill issued during a step, for one target node."""
+
+    target: str
+    probability: float
+    rank: int
+    kind: PrefetchKind
+    tokens: int
+    computed_tokens: int = 0
+    outcome: PrefetchOutcome | None = None
+    """``None`` until the prefill has ended."""
+    issued_after_s: float = 0.0
+    requests: int = 0
+
+    @property
+    def speculative(self) -> bool:
+        """Whether this is a prefetch (a guess), not the warming of the known next node."""
+        return self.kind == PrefetchKind.SPECULATIVE
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One executed step. TTFT and token counts are of the step's first LLM call."""
+
+    index: int
+    node: str
+    from_node: str
+    path: list[str]
+    next: list[str] = field(default_factory=list)
+    prefetched: bool = False
+    ttft_s: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    llm_calls: int = 0
+    duration_s: float = 0.0
+    prefetches: list[PrefetchRecord] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> StepOutcome:
+        """``hit``/``miss`` for steps with a previous step, ``none`` for the first."""
+        if self.from_node.startswith("__"):
+            return StepOutcome.NONE
+        return StepOutcome.HIT if self.prefetched else StepOutcome.MISS

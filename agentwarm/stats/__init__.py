@@ -1,0 +1,56 @@
+"""The figures of a set of runs, from the runtime's records or from trace files.
+
+* :mod:`~agentwarm.stats.definitions`: what every figure means (branch hit rate, acceptance
+  ratio, wasted tokens, TTFT percentiles, estimated TTFT saved) and :class:`Summary`, whose
+  fields are the keys of ``agentwarm run --json`` and ``agentwarm stats --json``; one home,
+  shared by run summaries, trace statistics and the benchmark;
+* :mod:`~agentwarm.stats.traces`: reading the JSON-lines trace files (:func:`read_traces`);
+* :mod:`~agentwarm.stats.edges`: per-edge statistics of traced runs (:func:`compute_stats`).
+
+Below the runtime: nothing here imports ``agentwarm.runtime``; the runtime's records qualify
+as :class:`StepLike` and :class:`PrefillLike`.
+"""
+
+from __future__ import annotations
+
+from agentwarm.stats.definitions import (
+    SUMMARY_KEYS,
+    PrefillLike,
+    StepLike,
+    Summary,
+    acceptance_ratio,
+    branch_hit_rate,
+    summarize_steps,
+    wasted_tokens,
+)
+from agentwarm.stats.edges import EdgeStats, TraceStats, compute_stats
+from agentwarm.stats.traces import (
+    MAX_COUNT,
+    PrefillSpan,
+    Problem,
+    RunSpan,
+    StepSpan,
+    TraceData,
+    read_traces,
+)
+
+__all__ = (
+    "MAX_COUNT",
+    "SUMMARY_KEYS",
+    "EdgeStats",
+    "PrefillLike",
+    "PrefillSpan",
+    "Problem",
+    "RunSpan",
+    "StepLike",
+    "StepSpan",
+    "Summary",
+    "TraceData",
+    "TraceStats",
+    "acceptance_ratio",
+    "branch_hit_rate",
+    "compute_stats",
+    "read_traces",
+    "summarize_steps",
+    "wasted_tokens",
+)
