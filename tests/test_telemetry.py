@@ -15,6 +15,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from agentwarm import telemetry as tm
 from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.errors import ConfigError
+from agentwarm.telemetry import attributes, instrumentation, jsonl, names, setup
 
 
 def test_span_names() -> None:
@@ -48,12 +49,46 @@ def test_attribute_keys_are_pinned() -> None:
         "GEN_AI_USAGE_OUTPUT_TOKENS": "gen_ai.usage.output_tokens",
         "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS": "gen_ai.usage.cache_read.input_tokens",
     }
-    own = [v for k, v in vars(tm).items() if k.startswith("AW_")]
+    own = [v for k, v in vars(names).items() if k.startswith("AW_")]
     assert len(own) == 20
     assert all(v.startswith("agentwarm.") for v in own)
     assert tm.AW_STEP_TTFT == "agentwarm.step.ttft_s"
     assert tm.AW_PREFILL_OUTCOME == "agentwarm.prefill.outcome"
     assert tm.PREFILL_OUTCOMES == ("hit", "wasted", "cancelled", "failed", "dropped")
+
+
+def test_outcome_and_kind_values_are_pinned() -> None:
+    # The strings of JSON output, trace files and metric attributes.
+    assert [str(o) for o in PrefetchOutcome] == ["hit", "wasted", "cancelled", "failed", "dropped"]
+    assert [str(k) for k in PrefetchKind] == ["speculative", "confirmed"]
+    assert [str(o) for o in StepOutcome] == ["hit", "miss", "none"]
+    assert json.dumps([PrefetchOutcome.DROPPED, StepOutcome.NONE]) == '["dropped", "none"]'
+    attrs = tm.step_attributes(
+        workflow="w",
+        run_id="r",
+        index=1,
+        from_node="a",
+        node="b",
+        prefetched=True,
+        outcome=StepOutcome.HIT,
+    )
+    assert type(attrs[tm.AW_STEP_OUTCOME]) is str  # a plain string reaches every exporter
+
+
+def test_the_package_reexports_every_name_of_its_modules() -> None:
+    # The library's callers use tm.X for any name, builder or instrument; __all__ stays small.
+    for module in (names, attributes, instrumentation, jsonl, setup):
+        for name in module.__all__:
+            assert getattr(tm, name) is getattr(module, name), name
+    assert set(tm.__all__) == {
+        "CAPTURE_CONTENT_ENV",
+        "JsonlSpanExporter",
+        "Telemetry",
+        "capture_content",
+        "capture_spans",
+        "configure",
+        "span_to_dict",
+    }
 
 
 def test_gen_ai_keys_match_the_semconv_package() -> None:
@@ -385,6 +420,7 @@ provider.add_span_processor(SimpleSpanProcessor(user))
 trace.set_tracer_provider(provider)
 
 from agentwarm import telemetry as tm
+from agentwarm.telemetry import attributes, instrumentation, jsonl, names, setup
 
 with tm.get_tracer().start_as_current_span(tm.step_span_name("before")):
     pass

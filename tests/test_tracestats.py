@@ -59,7 +59,7 @@ def prefill(
     outcome: str,
     computed: int,
     *,
-    kind: str = PrefetchKind.SPECULATIVE,
+    kind: PrefetchKind = PrefetchKind.SPECULATIVE,
     workflow: str = "wf",
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = tm.prefill_attributes(
@@ -220,6 +220,9 @@ def test_definitions_agree_with_the_runtime_summary() -> None:
     assert summary["branch_hit_rate"] == branch_hit_rate(run.steps) == 0.5
     assert summary["acceptance_ratio"] == acceptance_ratio(prefills) == pytest.approx(1 / 3)
     assert summary["wasted_tokens"] == wasted_tokens(prefills) == 21
+    outcomes = [s.outcome for s in run.steps]
+    assert outcomes == [StepOutcome.NONE, StepOutcome.HIT, StepOutcome.MISS]
+    assert all(isinstance(o, StepOutcome) for o in outcomes)
 
 
 def test_bad_and_foreign_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
