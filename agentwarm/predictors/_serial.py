@@ -163,12 +163,15 @@ class FirstOrderState(_State):
 _M = TypeVar("_M", bound=BaseModel)
 
 
-def parse(model: type[_M], data: Mapping[str, Any], what: str = "predictor state") -> _M:
-    """``data`` validated as ``model``; ``ValueError`` naming the first bad field otherwise."""
+def parse(
+    model: type[_M], data: Mapping[str, Any], what: str = "predictor state", context: Any = None
+) -> _M:
+    """``data`` validated as ``model`` (its validators see ``context``); ``ValueError`` naming
+    the first bad field otherwise."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{what} must be a JSON object, got {type(data).__name__}")
     try:
-        return model.model_validate(dict(data))
+        return model.model_validate(dict(data), context=context)
     except ValidationError as exc:
         raise ValueError(describe(exc, what)) from None
 

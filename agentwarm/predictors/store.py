@@ -18,9 +18,12 @@ Rules:
   writer's (see :mod:`agentwarm.predictors._merge`). A predictor that is not
   :class:`~agentwarm.predictors.base.Mergeable`, or that this store did not load, replaces
   the file (last writer wins).
-* The whole document is validated on load (pydantic, :mod:`agentwarm.predictors._serial`):
-  strict types, finite non-negative counts, integers that fit, bounded sizes (at most
-  :data:`MAX_STATE_BYTES`), the known format version, the workflow's node set.
+* The whole document is validated on load by pydantic models (the envelope in
+  :mod:`agentwarm.predictors._document`, the predictor's state in
+  :mod:`agentwarm.predictors._serial`): strict types, finite non-negative counts, integers
+  that fit, bounded sizes (at most :data:`MAX_STATE_BYTES`), the format version this
+  agentwarm reads (only :data:`FORMAT_VERSION`), the workflow, its node set and the predictor
+  kind.
 * A file that cannot be used (not JSON, truncated, another format version, another node set,
   another predictor kind, any bad field) is renamed to ``<name>.corrupt-<UTC timestamp>.json``
   with a :class:`PredictorStateWarning` naming both paths, and learning restarts from a fresh
@@ -43,14 +46,14 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import filelock
-from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from agentwarm import _jsonfile
 from agentwarm.errors import PredictorStateError
-from agentwarm.predictors import _serial
+from agentwarm.predictors import _document
+from agentwarm.predictors._document import FORMAT, FORMAT_VERSION, node_fingerprint
 from agentwarm.predictors.base import Mergeable, Predictor
 from agentwarm.predictors.markov import default_predictor
 
@@ -64,11 +67,6 @@ __all__ = (
     "node_fingerprint",
 )
 
-FORMAT = "agentwarm.predictor"
-#: Version 2: the Markov predictor's mixture experts (weights, recent and feature contexts).
-#: Files of other versions are set aside and learning restarts.
-FORMAT_VERSION = 2
-
 #: Larger state files are set aside unread (an expert keeps at most ``max_contexts`` contexts,
 #: so real files stay far below this).
 MAX_STATE_BYTES = 64 * 2**20
@@ -81,19 +79,6 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 #: What decoding an unusable file raises (pydantic's ValidationError is a ValueError).
 _UNUSABLE = (ValueError, TypeError, KeyError, RecursionError, ArithmeticError)
-
-
-class _Document(BaseModel):
-    """The state file's envelope; ``predictor`` is validated by the predictor's ``from_dict``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    format: Annotated[str, Strict()]
-    version: Annotated[int, Strict()]
-    workflow: Annotated[str, Strict()]
-    nodes: Annotated[list[_serial.Name], Field(max_length=_serial.MAX_NAMES)]
-    fingerprint: Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{64}$")]
-    predictor: dict[Annotated[str, Strict()], Any]
 
 
 class PredictorStateWarning(RuntimeWarning):
@@ -110,12 +95,6 @@ def default_state_dir() -> Path:
     if xdg:
         return Path(xdg).expanduser() / "agentwarm"
     return Path.home() / ".local" / "state" / "agentwarm"
-
-
-def node_fingerprint(nodes: Iterable[str]) -> str:
-    """SHA-256 of the sorted, deduplicated node names (order of ``nodes`` does not matter)."""
-    joined = "\n".join(sorted(set(nodes)))
-    return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
 class PredictorStore:
@@ -297,16 +276,9 @@ def _read(path: Path) -> bytes | None:
 
 
 def _encode(workflow: str, nodes: list[str], state: dict[str, Any]) -> bytes:
-    document = {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "workflow": workflow,
-        "nodes": nodes,
-        "fingerprint": node_fingerprint(nodes),
-        "predictor": state,
-    }
+    doc = _document.document(workflow, nodes, state)
     try:
-        payload = json.dumps(document, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        payload = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise PredictorStateError(
             f"predictor state for {workflow!r} is not JSON-serializable: {exc}"
@@ -326,37 +298,12 @@ def _json_copy(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decode_state(raw: bytes, workflow: str, nodes: list[str], kind: str) -> dict[str, Any]:
-    """The predictor state of a file's bytes, with the whole envelope validated; raises one of
-    :data:`_UNUSABLE` saying why the file cannot be used."""
+    """The predictor state of a file's bytes, the whole document validated (see
+    :mod:`~agentwarm.predictors._document`); raises one of :data:`_UNUSABLE` saying why the
+    file cannot be used."""
     if len(raw) > MAX_STATE_BYTES:
         raise ValueError(f"larger than the {MAX_STATE_BYTES}-byte limit of state files")
-    document: Any = _jsonfile.loads(raw)
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ValueError(f"not an agentwarm predictor file (format must be {FORMAT!r})")
-    version = document.get("version")
-    if version != FORMAT_VERSION:
-        raise ValueError(
-            f"format version {_serial.short(version)}, this agentwarm reads {FORMAT_VERSION}"
-        )
-    envelope = _serial.parse(_Document, document, "predictor state file")
-    if envelope.workflow != workflow:
-        raise ValueError(f"saved for workflow {_serial.short(envelope.workflow)}")
-    if envelope.nodes != nodes or envelope.fingerprint != node_fingerprint(nodes):
-        saved = set(envelope.nodes)
-        raise ValueError(
-            f"saved for another node set (added {sorted(set(nodes) - saved)}, "
-            f"removed {sorted(saved - set(nodes))})"
-        )
-    state = envelope.predictor
-    if state.get("kind") != kind:
-        found = _serial.short(state.get("kind"))
-        raise ValueError(f"saved predictor kind {found}, expected {kind!r}")
-    known = state.get("known")
-    names = set(nodes)
-    unknown = [n for n in known if n not in names] if isinstance(known, list) else []
-    if unknown:
-        raise ValueError(f"the predictor knows successors that are not nodes: {unknown[:5]}")
-    return state
+    return _document.predictor_state(_jsonfile.loads(raw), workflow, nodes, kind)
 
 
 def _decode_predictor(raw: bytes, workflow: str, nodes: list[str], fresh: Predictor) -> Predictor:

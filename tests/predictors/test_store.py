@@ -256,3 +256,21 @@ def test_version_1_file_is_set_aside_for_the_new_default(tmp_path: Path) -> None
     assert isinstance(fresh, MarkovPredictor)
     assert fresh.experts == default_predictor().experts and fresh.observations == 0
     assert len(list(tmp_path.glob("support.corrupt-*.json"))) == 1
+
+
+def test_state_written_before_the_experts_still_loads(tmp_path: Path) -> None:
+    """A Markov state without the expert fields (as written before they existed) loads as the
+    plain Markov model without a context bound, and predicts as the model that wrote it."""
+    model = trained()
+    doc = _valid_document(tmp_path)
+    experts = ("features", "recent_half_life", "share", "max_contexts", "weights")
+    experts += ("recent_contexts", "feature_contexts")
+    old = {k: v for k, v in model.to_dict().items() if k not in experts}
+    (tmp_path / "support.json").write_text(json.dumps({**doc, "predictor": old}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = PredictorStore(tmp_path).load("support", nodes=NODES, factory=MarkovPredictor)
+    assert isinstance(loaded, MarkovPredictor)
+    assert (loaded.experts, loaded.max_contexts, loaded.observations) == (("markov",), None, 26)
+    for p in PATHS:
+        assert loaded.predict(p, candidates=NODES) == model.predict(p, candidates=NODES)

@@ -134,6 +134,10 @@ CORRUPTIONS: dict[str, Callable[[Doc, bytes], bytes]] = {
     "missing predictor": with_doc(predictor=...),
     "missing nodes": with_doc(nodes=...),
     "missing version": with_doc(version=...),
+    "missing format": with_doc(format=...),
+    "missing workflow": with_doc(workflow=...),
+    "missing fingerprint": with_doc(fingerprint=...),
+    "predictor without kind": with_predictor(kind=...),
     # Not a predictor file of this version.
     "version 1": with_doc(version=1),
     "version next": with_doc(version=FORMAT_VERSION + 1),
@@ -147,6 +151,11 @@ CORRUPTIONS: dict[str, Callable[[Doc, bytes], bytes]] = {
         nodes=["sales", "triage"], fingerprint=node_fingerprint(["sales", "triage"])
     ),
     "fingerprint not hex": with_doc(fingerprint="zz"),
+    "nodes unsorted": lambda doc, raw: with_doc(nodes=doc["nodes"][::-1])(doc, raw),
+    "nodes repeated": lambda doc, raw: with_doc(nodes=[*doc["nodes"], doc["nodes"][0]])(doc, raw),
+    # Saved for another workflow.
+    "other workflow": with_doc(workflow="sales"),
+    "workflow not a string": with_doc(workflow=["support"]),
     "known names a removed node": lambda doc, raw: with_predictor(
         known=[*doc["predictor"]["known"], "sales"]
     )(doc, raw),
@@ -218,6 +227,40 @@ def test_error_names_the_field_and_value(tmp_path: Path) -> None:
     assert "field 'observations'" in message
     assert "an integer of 1329 bits" in message  # not 400 digits echoed back
     assert len(message) < 600
+
+
+#: What the warning says is wrong, for each way a document can be refused.
+PROBLEMS: dict[str, str] = {
+    "other format": "is not an agentwarm predictor file (format must be 'agentwarm.predictor')",
+    "missing format": "is not an agentwarm predictor file",
+    "version 1": f"has format version 1, this agentwarm reads {FORMAT_VERSION}",
+    "version string": f"has format version '{FORMAT_VERSION}', this agentwarm reads",
+    "missing version": "has format version None",
+    "other workflow": "was saved for workflow 'sales'",
+    "workflow not a string": "field 'workflow': Input should be a valid string",
+    "other node set": "saved for another node set (added ['__end__', 'billing', 'refund'], "
+    "removed ['sales'])",
+    "fingerprint not hex": "field 'fingerprint'",
+    "nodes unsorted": "lists its nodes unsorted or more than once",
+    "nodes repeated": "lists its nodes unsorted or more than once",
+    "other kind": "holds a predictor of kind 'first_order', expected 'markov'",
+    "predictor without kind": "holds a predictor of kind None, expected 'markov'",
+    "known names a removed node": "knows successors that are not nodes: ['sales']",
+    "unknown top-level key": "field 'extra': Extra inputs are not permitted",
+    "top level list": "must be a JSON object, got list",
+    "truncated": "not JSON",
+}
+
+
+@pytest.mark.parametrize("case", list(PROBLEMS))
+def test_the_warning_names_what_is_wrong_with_the_document(tmp_path: Path, case: str) -> None:
+    path, doc, raw = _valid(tmp_path)
+    path.write_bytes(CORRUPTIONS[case](doc, raw))
+    with pytest.warns(PredictorStateWarning) as record:
+        PredictorStore(tmp_path).load("support", nodes=NODES)
+    message = str(record[0].message)
+    assert PROBLEMS[case] in message
+    assert "started learning afresh" in message  # and what happened to the learned state
 
 
 FLOW = """
