@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentwarm._spec import PrefetchKind, PrefetchOutcome, StepOutcome
+from agentwarm.stats.definitions import has_previous
 
 __all__ = ("PrefetchRecord", "StepRecord")
 
@@ -58,6 +59,6 @@ class StepRecord:
     @property
     def outcome(self) -> StepOutcome:
         """``hit``/``miss`` for steps with a previous step, ``none`` for the first."""
-        if self.from_node.startswith("__"):
+        if not has_previous(self):
             return StepOutcome.NONE
         return StepOutcome.HIT if self.prefetched else StepOutcome.MISS
