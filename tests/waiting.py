@@ -58,9 +58,8 @@ async def step_prefetches_done(ctx: Context, *, timeout_s: float = DEFAULT_TIMEO
 
     Stands for a tool call that lasts as long as the prefetch, whatever the scheduling.
     """
-    scope = ctx._scope
 
     def done() -> bool:
-        return all(t.done() for pf in scope.prefetches.values() for t in pf.tasks())
+        return ctx.prefetches_running == 0
 
     await until(done, timeout_s=timeout_s, what="the step's prefetches to finish")

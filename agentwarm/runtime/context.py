@@ -58,7 +58,7 @@ class Context:
         node: the name of the running node.
         path: the nodes of this branch so far, ending with ``node``.
         run_id: the run's id (also the engine session / routing key).
-        step: this step's index in the run.
+        step_index: this step's index in the run (its ``StepRecord.index``).
     """
 
     input: str
@@ -67,7 +67,7 @@ class Context:
     node: str
     path: tuple[str, ...]
     run_id: str
-    step: int
+    step_index: int
     _run: RunPort = field(repr=False)
     _scope: StepScope = field(repr=False)
     _loop: asyncio.AbstractEventLoop = field(repr=False, default_factory=asyncio.get_running_loop)
@@ -114,6 +114,13 @@ class Context:
         else:  # the run belongs to the loop; hand it the work instead of racing it
             with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
                 self._loop.call_soon_threadsafe(grew)
+
+    @property
+    def prefetches_running(self) -> int:
+        """How many prefill requests this step's prefetching has sent (or is about to send)
+        that are still running; read-only, for diagnostics and tests (e.g. a node that waits
+        until its step's prefetches have ended)."""
+        return self._scope.requests_running
 
     @property
     def span(self) -> trace.Span:

@@ -1,5 +1,5 @@
-"""Calling one node function under the step's limits: an ``async def`` on the loop, a plain
-function in its own daemon thread."""
+"""Calling one node function under the step's limits (an ``async def`` on the loop, a plain
+function in its own daemon thread), and reading what it returned as its next node(s)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import contextlib
 import contextvars
 import inspect
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentwarm.errors import StepTimeout
+from agentwarm.errors import StepTimeout, WorkflowError
 
 if TYPE_CHECKING:
     from agentwarm._spec import NodeSpec
     from agentwarm.runtime.context import Context
 
-__all__ = ("SYNC_THREAD_PREFIX", "call_node", "timed_out")
+__all__ = ("SYNC_THREAD_PREFIX", "call_node", "next_nodes", "timed_out")
 
 #: Name prefix of the thread a sync node runs in (followed by the node's name).
 SYNC_THREAD_PREFIX = "agentwarm-node:"
@@ -71,3 +72,33 @@ def timed_out(spec: NodeSpec, limit: float) -> StepTimeout:
         node=spec.name,
         limit_s=limit,
     )
+
+
+def next_nodes(node: str, result: object, declared: list[str]) -> list[str]:
+    """The next node(s) named by what ``node`` returned (``result``), checked against its
+    ``declared`` successors: ``None`` means the only one; a name or a list of names, each
+    declared (duplicates dropped, order kept)."""
+    if result is None:
+        if len(declared) == 1:
+            return declared
+        raise WorkflowError(
+            f"Node '{node}' returned None but declares several successors {declared}; "
+            "return the name of the next node (or END)"
+        )
+    names: Sequence[object]
+    names = [result] if isinstance(result, str) else result  # type: ignore[assignment]
+    if not isinstance(names, list | tuple) or not names:
+        raise WorkflowError(
+            f"Node '{node}' returned {result!r}; return a node name, a non-empty list of "
+            "names, or END"
+        )
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or name not in declared:
+            raise WorkflowError(
+                f"Node '{node}' returned {name!r}, which is not one of its declared "
+                f"successors {declared}; add it to next=[...] or return one of them"
+            )
+        if name not in out:
+            out.append(name)
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import trace
@@ -26,10 +26,11 @@ from agentwarm.errors import (
 )
 from agentwarm.runtime.admission import admission_for
 from agentwarm.runtime.context import Context
-from agentwarm.runtime.node_call import call_node, timed_out
+from agentwarm.runtime.node_call import call_node, next_nodes, timed_out
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
 from agentwarm.runtime.prompt import PromptRenderer
-from agentwarm.runtime.result import RunResult, StepRecord
+from agentwarm.runtime.records import StepRecord
+from agentwarm.runtime.result import RunResult
 from agentwarm.runtime.transcript import Transcript
 
 if TYPE_CHECKING:
@@ -218,7 +219,11 @@ class Run:
         self.steps.append(record)
         self.path.append(node)
         scope = StepScope(
-            step=record, spec=spec, path=path, state=self.state, records=record.prefetches
+            step_record=record,
+            spec=spec,
+            path=path,
+            state=self.state,
+            prefetch_records=record.prefetches,
         )
         t0 = time.perf_counter()
         with self.tracer.start_as_current_span(
@@ -243,7 +248,7 @@ class Run:
                     node=node,
                     path=path,
                     run_id=self.run_id,
-                    step=record.index,
+                    step_index=record.index,
                     _run=self,
                     _scope=scope,
                 )
@@ -267,7 +272,7 @@ class Run:
                     raise NodeError(
                         f"Node '{node}' raised {type(exc).__name__}: {exc}", node=node
                     ) from exc
-                nexts = self._next_nodes(node, result)
+                nexts = next_nodes(node, result, self.workflow.successors(node))
             except BaseException:
                 # Failed or cancelled: stop this step's prefetches, settle their spans.
                 self.prefetcher.abandon(scope)
@@ -301,10 +306,10 @@ class Run:
         """One live LLM call of the step ``scope`` (:meth:`Context.llm <agentwarm.Context.llm>`):
         render the node's prompt, wait for its warm-up where needed, generate, record the step's
         first-call figures, append the exchange to the transcript, refresh the prefetches."""
-        spec, step = scope.spec, scope.step
+        spec, step_record = scope.spec, scope.step_record
         t0 = time.perf_counter()
-        first = step.llm_calls == 0
-        step.llm_calls += 1
+        first = step_record.llm_calls == 0
+        step_record.llm_calls += 1
         if first:
             scope.lead_s = t0 - scope.started
         ids = self.renderer.prompt_ids(spec, text)
@@ -356,10 +361,10 @@ class Run:
             if tm.capture_content():
                 span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
         if first:
-            step.ttft_s = ttft
-            step.prompt_tokens = completion.prompt_tokens
-            step.cached_tokens = completion.cached_tokens
-            self.instruments.record_ttft(self.workflow.name, ttft, step.outcome)
+            step_record.ttft_s = ttft
+            step_record.prompt_tokens = completion.prompt_tokens
+            step_record.cached_tokens = completion.cached_tokens
+            self.instruments.record_ttft(self.workflow.name, ttft, step_record.outcome)
         if record:
             if text:
                 self.transcript.add(text, role="user", node=spec.name)
@@ -371,32 +376,3 @@ class Run:
         """The step ``scope`` added a message (:meth:`Context.add <agentwarm.Context.add>`):
         extend the prefetched prefixes with it."""
         self.prefetcher.refresh(scope, after_llm=False)
-
-    # --- routing -----------------------------------------------------------------------------
-
-    def _next_nodes(self, node: str, result: object) -> list[str]:
-        declared = self.workflow.successors(node)
-        if result is None:
-            if len(declared) == 1:
-                return declared
-            raise WorkflowError(
-                f"Node '{node}' returned None but declares several successors {declared}; "
-                "return the name of the next node (or END)"
-            )
-        names: Sequence[object]
-        names = [result] if isinstance(result, str) else result  # type: ignore[assignment]
-        if not isinstance(names, list | tuple) or not names:
-            raise WorkflowError(
-                f"Node '{node}' returned {result!r}; return a node name, a non-empty list of "
-                "names, or END"
-            )
-        out: list[str] = []
-        for name in names:
-            if not isinstance(name, str) or name not in declared:
-                raise WorkflowError(
-                    f"Node '{node}' returned {name!r}, which is not one of its declared "
-                    f"successors {declared}; add it to next=[...] or return one of them"
-                )
-            if name not in out:
-                out.append(name)
-        return out

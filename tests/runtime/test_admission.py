@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import gc
 import math
+import weakref
 
 import pytest
 
 from agentwarm import FakeEngine, PrefetchPolicy
 from agentwarm.engines.base import Priority
-from agentwarm.runtime import admission as adm
+from agentwarm.runtime import PrefetchOutcome
 from agentwarm.runtime.admission import Admission, admission_for
-from agentwarm.runtime.result import Outcome
 
 from .conftest import make_branching
 
@@ -90,11 +90,12 @@ async def test_admission_is_per_engine_and_released_with_it():
     e1, e2 = FakeEngine(), FakeEngine()
     assert admission_for(e1) is admission_for(e1)
     assert admission_for(e1) is not admission_for(e2)
-    gc.collect()  # engines of earlier tests that are garbage already go first
-    before = len(adm._by_engine)
+    released = weakref.ref(admission_for(e1))
+    kept = weakref.ref(admission_for(e2))
     del e1
     gc.collect()
-    assert len(adm._by_engine) == before - 1
+    assert released() is None  # the engine's admission went with it
+    assert kept() is admission_for(e2)
 
 
 async def test_limiter_held_shut_the_workflow_completes_identically_and_drops_every_prefetch():
@@ -118,7 +119,7 @@ async def test_limiter_held_shut_the_workflow_completes_identically_and_drops_ev
         assert a.path == b.path
         assert a.state["outputs"] == b.state["outputs"]
     spec = [p for r in results["shut"] for p in r.speculative_prefetches]
-    assert spec and {p.outcome for p in spec} == {Outcome.DROPPED}
+    assert spec and {p.outcome for p in spec} == {PrefetchOutcome.DROPPED}
     assert all(p.requests == 0 and p.computed_tokens == 0 for p in spec)
     assert dropped >= len(spec)  # a refused refresh counts too
     assert not any(s.prefetched for r in results["shut"] for s in r.steps)
@@ -136,8 +137,8 @@ async def test_over_the_rate_prefetches_are_dropped_not_queued():
     ]
     outcomes = [p.outcome for r in results for p in r.speculative_prefetches]
     assert len(outcomes) == 5
-    assert Outcome.DROPPED not in outcomes[:1]
-    assert outcomes[1:] == [Outcome.DROPPED] * 4
+    assert PrefetchOutcome.DROPPED not in outcomes[:1]
+    assert outcomes[1:] == [PrefetchOutcome.DROPPED] * 4
     assert len(speculative_prefills(engine)) == 1
     a = admission_for(engine)
     assert (a.admitted, a.dropped, a.in_flight) == (1, 4, 0)
@@ -152,9 +153,9 @@ async def test_confirmed_warm_ups_are_not_subject_to_admission(rate):
     )
     first = result.steps[0]
     (nxt,) = first.next
-    hit = [p for p in first.prefetches if p.speculative and p.outcome == Outcome.HIT]
+    hit = [p for p in first.prefetches if p.speculative and p.outcome == PrefetchOutcome.HIT]
     confirmed = [p for p in first.prefetches if not p.speculative]
     if hit:  # the one admitted prefetch was the winner: it sent the whole prefix already
         assert rate > 0 and [p.target for p in hit] == [nxt] and confirmed == []
     else:  # nothing speculative reached the engine: the confirmed warm-up goes out regardless
-        assert [(p.target, p.outcome) for p in confirmed] == [(nxt, Outcome.HIT)]
+        assert [(p.target, p.outcome) for p in confirmed] == [(nxt, PrefetchOutcome.HIT)]

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm.engines.base import Priority
+from agentwarm.runtime import PrefetchOutcome
 from agentwarm.runtime.policy import choose_candidates
-from agentwarm.runtime.result import Outcome
 from tests.waiting import step_prefetches_done
 
 PRED = [("b", 0.5), ("c", 0.25), (END, 0.15), ("d", 0.06), ("e", 0.04)]
@@ -90,7 +90,7 @@ async def test_identical_prefixes_share_one_request_and_the_winner_is_credited()
         assert len(sent) == 1, "the second candidate must reuse the first one's request"
         hit = next(p for p in spec if p.target == winner)
         loser = next(p for p in spec if p.target != winner)
-        assert hit.outcome == Outcome.HIT and loser.outcome == Outcome.WASTED
+        assert hit.outcome == PrefetchOutcome.HIT and loser.outcome == PrefetchOutcome.WASTED
         assert hit.computed_tokens == sent[0].computed_tokens > 0
         assert loser.computed_tokens == 0
         assert result.summary()["wasted_tokens"] == 0

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm.engines.base import Completion, PrefillResult, Priority
+from agentwarm.runtime import PrefetchKind, PrefetchOutcome
 from agentwarm.runtime.admission import Admission, admission_for
-from agentwarm.runtime.result import CONFIRMED, Outcome, RunResult, summarize
+from agentwarm.runtime.result import RunResult, summarize
 from agentwarm.runtime.timing import NO_LLM_STEPS, StepTiming
 from tests.waiting import step_prefetches_done, until
 
@@ -26,7 +27,12 @@ def zero_cost() -> FakeEngine:
 
 
 def confirmed(result: RunResult) -> list[tuple[int, str]]:
-    return [(s.index, p.target) for s in result.steps for p in s.prefetches if p.kind == CONFIRMED]
+    return [
+        (s.index, p.target)
+        for s in result.steps
+        for p in s.prefetches
+        if p.kind == PrefetchKind.CONFIRMED
+    ]
 
 
 def make_tool_chain(*, wait_prefetch: bool = False) -> WorkflowGraph:
@@ -69,7 +75,10 @@ async def test_a_node_that_never_calls_the_llm_is_neither_prefetched_nor_warmed(
         # t's own step still prefetches b, which reads its prompt.
         assert [p.target for p in t_step.prefetches if p.speculative] == ["b"]
         (to_b,) = t_step.prefetches
-        assert (to_b.outcome, to_b.requests) == (Outcome.HIT, 2)  # its prefix, then + the tool
+        assert (to_b.outcome, to_b.requests) == (
+            PrefetchOutcome.HIT,
+            2,
+        )  # its prefix, then + the tool
         assert result.steps[2].cached_tokens == to_b.tokens
     # Same answers as without prefetching.
     for i, result in enumerate(runs):
@@ -108,11 +117,11 @@ async def test_confirmed_warm_up_is_skipped_for_a_node_that_calls_the_llm_at_onc
     assert confirmed(results[1e9][2]) == []
     for runs in results.values():
         assert all(
-            p.outcome == Outcome.HIT
+            p.outcome == PrefetchOutcome.HIT
             for r in runs
             for s in r.steps
             for p in s.prefetches
-            if p.kind == CONFIRMED
+            if p.kind == PrefetchKind.CONFIRMED
         )
 
 
@@ -173,7 +182,7 @@ async def test_a_running_hit_with_the_whole_prefix_replaces_the_confirmed_warm_u
     result = await run
     a_step, b_step = result.steps
     (hit,) = a_step.prefetches  # no confirmed warm-up next to it
-    assert (hit.target, hit.kind, hit.outcome) == ("b", "speculative", Outcome.HIT)
+    assert (hit.target, hit.kind, hit.outcome) == ("b", "speculative", PrefetchOutcome.HIT)
     assert engine.calls == ["generate", f"prefill/{Priority.SPECULATIVE}", "generate"]
     assert b_step.prefetched and b_step.cached_tokens == hit.tokens > 0
 
@@ -183,7 +192,7 @@ async def test_a_finished_hit_with_the_whole_prefix_needs_no_confirmed_warm_up()
     result = await make_pair(wait_prefetch=True).run("hi", engine=engine)
     a_step, b_step = result.steps
     (hit,) = a_step.prefetches
-    assert (hit.target, hit.outcome) == ("b", Outcome.HIT) and hit.computed_tokens > 0
+    assert (hit.target, hit.outcome) == ("b", PrefetchOutcome.HIT) and hit.computed_tokens > 0
     assert b_step.cached_tokens == hit.tokens
     assert [r.kind for r in engine.log] == ["generate", "prefill", "generate"]
 
@@ -210,7 +219,9 @@ async def test_dropped_prefetches_are_not_issued_and_are_never_rendered():
         for i in range(3)
     ]
     spec = [p for r in results for p in r.speculative_prefetches]
-    assert spec and all((p.outcome, p.tokens, p.requests) == (Outcome.DROPPED, 0, 0) for p in spec)
+    assert spec and all(
+        (p.outcome, p.tokens, p.requests) == (PrefetchOutcome.DROPPED, 0, 0) for p in spec
+    )
     summary = summarize(results)
     assert (summary["prefetches_issued"], summary["prefetches_dropped"]) == (0, len(spec))
     assert summary["acceptance_ratio"] is None and summary["branch_hit_rate"] == 0.0

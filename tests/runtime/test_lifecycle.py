@@ -11,8 +11,8 @@ import pytest
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm import telemetry as tm
 from agentwarm.errors import NodeError
+from agentwarm.runtime import PrefetchOutcome
 from agentwarm.runtime.guardrail import Level
-from agentwarm.runtime.result import Outcome
 from tests.waiting import DEFAULT_TIMEOUT_S, step_prefetches_done, until
 
 BIG = "rule. " * 2000  # ~12k byte tokens
@@ -43,7 +43,7 @@ async def test_losers_refreshed_right_before_the_transition_never_run_to_complet
     policy = PrefetchPolicy(top_n=2, min_p=0.0, warm_confirmed=False, timing="step_start")
     result = await wf.run("hello", engine=engine, policy=policy)
     c = next(p for p in result.steps[0].prefetches if p.target == "c")
-    assert c.outcome == Outcome.CANCELLED and c.requests == 2
+    assert c.outcome == PrefetchOutcome.CANCELLED and c.requests == 2
     c_prompt = len(engine.encode("<|system|>\nC" + BIG + "\n"))
     # The loser was stopped early: it never computed its whole prefix.
     assert c.computed_tokens < c_prompt
@@ -65,7 +65,7 @@ async def test_step_that_raises_stops_its_prefetches_and_ends_their_spans():
         )
     prefills = [s for s in exporter.get_finished_spans() if s.name == tm.SPAN_PREFILL]
     assert len(prefills) == 2
-    assert {s.attributes[tm.AW_PREFILL_OUTCOME] for s in prefills} == {Outcome.CANCELLED}
+    assert {s.attributes[tm.AW_PREFILL_OUTCOME] for s in prefills} == {PrefetchOutcome.CANCELLED}
     await until(
         lambda: not engine.scheduler.has_work, what="the engine to drop the aborted prefills"
     )

@@ -4,39 +4,12 @@ import asyncio
 
 import pytest
 
-import agentwarm
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm.errors import EngineError, MaxStepsExceeded, NodeError, WorkflowError
-from agentwarm.runtime.result import Outcome
+from agentwarm.runtime import PrefetchOutcome
 from tests.waiting import DEFAULT_TIMEOUT_S
 
 from .conftest import P_FROM_A, make_branching
-
-
-def test_public_names_pinned():
-    from agentwarm import END as _E  # noqa: F401
-
-    assert set(agentwarm.__all__) == {
-        "END",
-        "START",
-        "AgentwarmError",
-        "Completion",
-        "Context",
-        "Engine",
-        "FakeEngine",
-        "GraphValidationError",
-        "NodeSpec",
-        "PrefetchPolicy",
-        "PrefillResult",
-        "Priority",
-        "RunResult",
-        "StepRecord",
-        "Workflow",
-        "WorkflowGraph",
-        "__version__",
-        "load_workflow",
-        "node",
-    }
 
 
 async def test_predictor_learns_true_most_likely_successor(engine):
@@ -59,7 +32,7 @@ async def test_prefetch_hit_is_confirmed_by_engine_cached_tokens(engine):
     assert result.path == ["a", "b"]
     first, second = result.steps
     hit = next(p for p in first.prefetches if p.target == "b" and p.speculative)
-    assert hit.outcome == Outcome.HIT
+    assert hit.outcome == PrefetchOutcome.HIT
     assert second.prefetched and second.outcome == "hit"
     # The real request of step b found at least the whole prefetched prefix in the cache.
     assert second.cached_tokens >= hit.tokens
@@ -96,8 +69,10 @@ async def test_losers_are_aborted_and_wasted_tokens_counted():
     spec = [p for p in result.steps[0].prefetches if p.speculative]
     assert {p.target for p in spec} == {"b", "c", "d"}
     losers = [p for p in spec if p.target != "b"]
-    assert losers and all(p.outcome in (Outcome.CANCELLED, Outcome.WASTED) for p in losers)
-    cancelled = [p for p in losers if p.outcome == Outcome.CANCELLED]
+    assert losers and all(
+        p.outcome in (PrefetchOutcome.CANCELLED, PrefetchOutcome.WASTED) for p in losers
+    )
+    cancelled = [p for p in losers if p.outcome == PrefetchOutcome.CANCELLED]
     assert cancelled, "expected a loser still running at the transition"
     aborted = [r for r in engine.log if r.status == "aborted"]
     assert aborted and all(r.rid in engine.aborts for r in aborted)
@@ -132,7 +107,7 @@ async def test_failed_speculative_prefill_never_breaks_the_workflow():
     result = await wf.run("x", engine=engine, state={"seed": 1})
     assert result.path[0] == "a" and len(result.path) == 2
     spec = [p for p in result.steps[0].prefetches if p.speculative]
-    assert spec and all(p.outcome == Outcome.FAILED for p in spec)
+    assert spec and all(p.outcome == PrefetchOutcome.FAILED for p in spec)
 
 
 async def test_sync_nodes_fanout_and_join(engine):

@@ -12,8 +12,8 @@ from typing import Any
 
 from agentwarm import FakeEngine, PrefetchPolicy
 from agentwarm.engines.base import PrefillResult, Priority
+from agentwarm.runtime import PrefetchOutcome
 from agentwarm.runtime.admission import admission_for
-from agentwarm.runtime.result import Outcome
 
 from .conftest import make_branching
 
@@ -68,10 +68,17 @@ async def test_thousand_concurrent_runs_hold_the_budget_and_all_complete():
     assert admission.peak_in_flight <= BUDGET
     # Over budget, speculation was dropped and counted, never queued.
     spec = [p for r in results for p in r.speculative_prefetches]
-    dropped = [p for p in spec if p.outcome == Outcome.DROPPED]
+    dropped = [p for p in spec if p.outcome == PrefetchOutcome.DROPPED]
     assert dropped and admission.dropped >= len(dropped)
     assert all(p.outcome is not None for p in spec)
     # Nothing is left in flight or pending once the runs have returned.
     assert admission.in_flight == 0 and engine.in_flight == 0
-    left = [t for t in asyncio.all_tasks() if "Prefetcher." in t.get_coro().__qualname__]
-    assert left == []
+    assert [t for t in asyncio.all_tasks() if _prefetch_task(t)] == []
+
+
+def _prefetch_task(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` runs code of the prefetch package (a prefill request, an abort)."""
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return frame is not None and frame.f_globals["__name__"].startswith(
+        "agentwarm.runtime.prefetch"
+    )

@@ -1,0 +1,399 @@
+"""The prefetcher: owns every in-flight speculative prefill of a run (the package docstring
+tells its lifecycle). Its decisions are :mod:`.rules`; sending and stopping requests is
+:mod:`.sender`; settling outcomes is :mod:`.settle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentwarm import telemetry as tm
+from agentwarm._spec import END, PrefetchKind, PrefetchOutcome
+from agentwarm.engines.base import Engine, Priority
+from agentwarm.runtime.admission import Admission
+from agentwarm.runtime.guardrail import Guardrail
+from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+from agentwarm.runtime.prefetch.hints import named_successor
+from agentwarm.runtime.prefetch.rules import (
+    hit_targets,
+    plan_warm_up,
+    predicted_branch,
+    shared_request,
+    within_budget,
+)
+from agentwarm.runtime.prefetch.sender import Sender
+from agentwarm.runtime.prefetch.settle import Settler
+from agentwarm.runtime.prefetch.state import Prefetch, Request, StepScope
+from agentwarm.runtime.prefetch.warmups import WarmUps
+from agentwarm.runtime.prompt import PromptRenderer
+from agentwarm.runtime.records import PrefetchRecord
+from agentwarm.runtime.timing import StepTiming
+
+if TYPE_CHECKING:
+    from agentwarm.graphs import CompiledGraph
+    from agentwarm.predictors import Predictor
+
+__all__ = ("Prefetcher",)
+
+log = logging.getLogger(__name__)
+
+_CLOSE_WAIT_S = 5.0
+
+
+class Prefetcher:
+    """Speculative prefetching for one workflow run on one engine."""
+
+    def __init__(
+        self,
+        *,
+        workflow: CompiledGraph,
+        engine: Engine,
+        renderer: PromptRenderer,
+        predictor: Predictor,
+        guardrail: Guardrail,
+        timing: StepTiming,
+        policy: PrefetchPolicy,
+        admission: Admission,
+        run_id: str,
+        namespace: str,
+        capacity_tokens: int | None,
+    ) -> None:
+        self.workflow = workflow
+        self.engine = engine
+        self.renderer = renderer
+        self.predictor = predictor
+        self.guardrail = guardrail
+        self.timing = timing
+        self.policy = policy
+        self.admission = admission
+        self.run_id = run_id
+        self.namespace = namespace
+        self.budget = policy.max_prefetch_tokens
+        if capacity_tokens:
+            self.budget = min(self.budget, int(capacity_tokens * policy.capacity_fraction))
+        self._tracer = tm.get_tracer()
+        self._instruments = tm.instruments()
+        self._sender = Sender(
+            engine=engine,
+            admission=admission,
+            namespace=namespace,
+            run_id=run_id,
+            timeout_s=policy.prefill_timeout_s,
+        )
+        self._settler = Settler(
+            workflow=workflow.name, instruments=self._instruments, on_error=self._swallow
+        )
+        self._warm_ups = WarmUps(
+            engine=engine,
+            sender=self._sender,
+            settler=self._settler,
+            timeout_s=policy.prefill_timeout_s,
+        )
+        self._open: set[StepScope] = set()
+        self._all: list[Prefetch] = []
+        self._swallowed = 0
+
+    @property
+    def failures(self) -> int:
+        """Speculative failures so far (logged, never raised)."""
+        return self._swallowed + self._sender.failures
+
+    # --- choose and submit ------------------------------------------------------------------
+
+    def begin_step(self, scope: StepScope) -> None:
+        """Predict the successors of ``scope``'s node; submit speculative prefills now, or hold
+        them until the step's first LLM call returns (see :mod:`agentwarm.runtime.timing`)."""
+        self._open.add(scope)
+        try:
+            candidates = self.workflow.successors(scope.spec.name)
+            scope.predictions = list(
+                self.predictor.predict(scope.path, scope.state, candidates=candidates)
+            )
+            if self.timing.defer(scope.spec.name, self.policy.timing):
+                scope.deferred = True
+                return
+            self._speculate(scope)
+        except Exception as exc:
+            self._swallow(exc, "choosing prefetch candidates in step %r", scope.spec.name)
+
+    def _speculate(self, scope: StepScope, hinted: str | None = None) -> None:
+        """Submit the chosen candidates' known prefixes (and ``hinted``, if not chosen)."""
+        try:
+            limits = self.guardrail.limits(self.policy)
+            if limits.paused:
+                return
+            # A node seen not to call the LLM reads no prompt: it takes no candidate's place.
+            reads = self.timing.reads_prompt
+            predictions = [(n, p) for n, p in scope.predictions if n == END or reads(n)]
+            chosen = choose_candidates(
+                predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
+            )
+            if hinted is not None and hinted not in {name for _, name, _ in chosen}:
+                chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
+            ranked = {name: (rank, p) for rank, name, p in chosen}
+
+            def admissible(name: str) -> bool:  # refused whatever its size: not even rendered
+                return self.admission.may_admit(ranked[name][1])
+
+            for name, ids in self._within_budget(ranked, admissible):
+                rank, p = ranked[name]
+                self._start(scope, name, p, rank, ids)
+        except Exception as exc:
+            self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
+
+    def refresh(self, scope: StepScope, output_text: str = "", *, after_llm: bool = True) -> None:
+        """The transcript grew (an LLM call of the step returned, or a tool result was added):
+        extend the candidates' prefixes, so the next real request finds all but its own text
+        cached. Only the new tokens are computed.
+
+        With ``use_output_hints``, a declared successor named (as a word) in an LLM call's
+        output is added as a candidate: the step's own output often names the next tool.
+        """
+        if scope.deferred:
+            if after_llm:
+                scope.deferred = False
+                self._speculate(scope, self._hinted(scope, output_text))
+            return
+        if not self.policy.refresh_after_llm or self.guardrail.limits(self.policy).paused:
+            return
+        try:
+            targets = list(scope.prefetches)
+            hinted = self._hinted(scope, output_text)
+            if hinted is not None and hinted not in scope.prefetches:
+                targets.append(hinted)
+            for target, ids in self._within_budget(targets):
+                assert ids is not None  # only an `admissible` refusal yields None
+                pf = scope.prefetches.get(target)
+                if pf is None:
+                    p = dict(scope.predictions).get(target, 0.0)
+                    self._start(scope, target, p, -1, ids)
+                elif pf.latest is None:  # dropped so far: admission may take it now
+                    if self._send(scope, pf, ids):
+                        self._instruments.record_issued(self.workflow.name)
+                elif len(ids) > pf.latest.ids_len:
+                    old = pf.latest if pf.latest is not None and pf.latest.running else None
+                    # The longer prefix supersedes the running request (and takes its slot);
+                    # refused, the running one goes on.
+                    if self._send(scope, pf, ids, replace=old) and old is not None:
+                        self._sender.stop(old)
+        except Exception as exc:
+            self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
+
+    def _within_budget(
+        self, targets: Iterable[str], admissible: Callable[[str], bool] | None = None
+    ) -> Iterator[tuple[str, list[int] | None]]:
+        def prefix_ids(target: str) -> list[int]:
+            return self.renderer.prefix_ids(self.workflow.nodes[target])
+
+        return within_budget(targets, prefix_ids, self.budget, admissible)
+
+    def _swallow(self, exc: Exception, what: str, *args: object) -> None:
+        """Speculation never breaks a workflow: log (traceback at DEBUG) and count."""
+        self._swallowed += 1
+        log.warning(
+            what + " failed (%s: %s); the workflow continues without it",
+            *args,
+            type(exc).__name__,
+            exc,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
+
+    def _hinted(self, scope: StepScope, text: str) -> str | None:
+        if not self.policy.use_output_hints:
+            return None
+        successors = self.workflow.successors(scope.spec.name)
+        return named_successor(text, successors, reads_prompt=self.timing.reads_prompt)
+
+    def _new_prefetch(
+        self, scope: StepScope, target: str, kind: PrefetchKind, p: float, rank: int, tokens: int
+    ) -> Prefetch:
+        record = PrefetchRecord(
+            target=target,
+            probability=p,
+            rank=rank,
+            kind=kind,
+            tokens=tokens,
+            issued_after_s=time.perf_counter() - scope.started,
+        )
+        speculative = kind == PrefetchKind.SPECULATIVE
+        span = self._tracer.start_span(
+            tm.SPAN_PREFILL,
+            attributes=tm.prefill_attributes(
+                workflow=self.workflow.name,
+                run_id=self.run_id,
+                source=scope.spec.name,
+                target=target,
+                kind=kind,
+                tokens=tokens,
+                probability=p if speculative else None,
+                rank=rank if speculative else None,
+            ),
+        )
+        scope.prefetch_records.append(record)
+        pf = Prefetch(record=record, span=span)
+        self._all.append(pf)
+        return pf
+
+    def _start(
+        self, scope: StepScope, target: str, p: float, rank: int, ids: list[int] | None
+    ) -> Prefetch:
+        """A speculative prefetch of ``target``; ``ids`` ``None``: refused by admission before
+        its prompt was rendered (recorded as dropped, with 0 tokens, when the step resolves)."""
+        pf = self._new_prefetch(scope, target, PrefetchKind.SPECULATIVE, p, rank, len(ids or ()))
+        scope.prefetches[target] = pf
+        if ids is not None and self._send(scope, pf, ids):
+            self._instruments.record_issued(self.workflow.name)
+        return pf
+
+    def _send(
+        self, scope: StepScope, pf: Prefetch, ids: list[int], replace: Request | None = None
+    ) -> bool:
+        """Submit ``ids`` speculatively for ``pf`` (superseding ``replace``), or share another
+        candidate's live request for the very same tokens (nothing is sent twice). False when
+        admission refused it: nothing was sent."""
+        key = hash(tuple(ids))
+        req = shared_request(scope.prefetches, pf, key, len(ids))
+        if req is not None:
+            pf.requests.append(req)
+            pf.record.tokens = max(pf.record.tokens, len(ids))
+            return True
+        submitted = self._sender.submit(pf, ids, Priority.SPECULATIVE, key=key, replace=replace)
+        return submitted is not None
+
+    # --- resolve ----------------------------------------------------------------------------
+
+    def resolve(self, scope: StepScope, actual: Sequence[str]) -> set[str]:
+        """The step chose ``actual``: settle every prefetch; return the targets that were hits.
+
+        Does not wait for the engine: losers are stopped and settled once their requests end.
+        """
+        self._open.discard(scope)
+        if self.policy.enabled:
+            called_llm = scope.step_record.llm_calls > 0
+            self.timing.observe(scope.spec.name, called_llm, scope.lead_s)
+        hits = hit_targets(scope.prefetches, actual)
+        kept: set[int] = set()
+        for target in hits:
+            pf = scope.prefetches[target]
+            for req in pf.requests:
+                req.credit = pf  # a request shared with a loser serves the winner
+                if req.waiting:
+                    # Still waiting for a speculative slot: the live request (or confirmed
+                    # warm-up) takes over its prefix at once instead of waiting behind it.
+                    self._sender.stop(req)
+                    continue
+                kept.add(id(req))
+                if req.ticket is not None:
+                    req.ticket.value = math.inf  # a live request reuses it: never preempted
+        for target, pf in scope.prefetches.items():
+            if target in hits:
+                pf.record.outcome = PrefetchOutcome.HIT
+                self._instruments.record_hit(self.workflow.name)
+                self._settler.settle(pf, hit=True)
+            else:
+                self._drop(pf, kept)
+        self._observe(scope, actual)
+        return hits
+
+    def abandon(self, scope: StepScope) -> None:
+        """The step failed or was cancelled: stop and settle its prefetches (no observation)."""
+        if scope in self._open:
+            self._open.discard(scope)
+            for pf in scope.prefetches.values():
+                self._drop(pf)
+
+    def _drop(self, pf: Prefetch, kept: Collection[int] = ()) -> None:
+        """Stop ``pf``'s requests (except those in ``kept``, shared with a hit) and settle it."""
+        for req in pf.requests:
+            if id(req) not in kept:
+                self._sender.stop(req)
+        self._settler.settle(pf, hit=False)
+
+    def _observe(self, scope: StepScope, actual: Sequence[str]) -> None:
+        try:
+            for nxt in actual:
+                self.predictor.observe(scope.path, nxt)
+            scored = predicted_branch(scope.predictions, actual, self.policy)
+            if scored is not None:
+                self.guardrail.observe(scored, self.policy)
+        except Exception as exc:
+            self._swallow(exc, "updating the predictor after step %r", scope.spec.name)
+
+    # --- confirmed warm-up and the live request ---------------------------------------------
+
+    def warm(self, scope: StepScope, target: str) -> None:
+        """Send the actual next node's full known prefix at once (not speculation).
+
+        Not sent when it would add nothing: the node is seen not to call the LLM, or to call it
+        within ``warm_min_lead_s`` of its step start (the warm-up would reach the engine with
+        the live request), or a speculative hit already sent these very tokens. On engines that
+        cannot reuse an in-flight prefill, the warm-up (or the node's live request) waits for a
+        still-running speculative hit of the same target, so no token is computed twice
+        (:func:`~agentwarm.runtime.prefetch.rules.plan_warm_up`).
+        """
+        if not (self.policy.enabled and self.policy.warm_confirmed) or target == END:
+            return
+        try:
+            if not self.timing.reads_prompt(target):
+                return
+            lead = self.timing.lead_s(target)
+            if lead is not None and lead < self.policy.warm_min_lead_s:
+                return
+            ids = self.renderer.prefix_ids(self.workflow.nodes[target])
+            if not ids:
+                return
+            hit = scope.prefetches.get(target)
+            plan = plan_warm_up(
+                hit.latest if hit is not None else None,
+                len(ids),
+                supports_promotion=self.engine.supports_promotion,
+            )
+            if plan.covered_by is not None:
+                self._warm_ups.cover(target, plan.covered_by)
+            if not plan.send:
+                return
+            pf = self._new_prefetch(scope, target, PrefetchKind.CONFIRMED, 1.0, 0, len(ids))
+            self._sender.submit(pf, ids, Priority.LIVE, after=plan.after)
+            self._warm_ups.sent(target, pf)
+        except Exception as exc:
+            self._swallow(exc, "warming the prefix of %r", target)
+
+    async def before_live(self, node: str) -> None:
+        """Called before a node's live request (:meth:`WarmUps.before_live`)."""
+        await self._warm_ups.before_live(node)
+
+    def _pending(self) -> list[asyncio.Task[Any]]:
+        """Tasks the run's records still wait for: requests of unsettled prefetches, aborts."""
+        return [*self._settler.pending(), *self._sender.background]
+
+    async def aclose(self) -> None:
+        """Stop what is still running, settle every record and span (bounded wait)."""
+        for scope in list(self._open):
+            self.abandon(scope)
+        # The run is over: nothing will reuse a request still running (a hit the live request
+        # did not wait for). Stop it, so the run's end never waits for speculative queues.
+        for pf in self._all:
+            for req in pf.requests:
+                if req.running:
+                    self._sender.stop(req)
+        self._warm_ups.close()
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        while (pending := self._pending()) and (timeout := deadline - time.monotonic()) > 0:
+            await asyncio.wait(pending, timeout=timeout)
+        if self._pending():
+            # Past the deadline: cancel the requests themselves (engines abort cancelled
+            # requests), then the aborts still running.
+            for pf in self._all:
+                for req in pf.requests:
+                    if req.running:
+                        assert req.task is not None
+                        req.task.cancel()
+            await asyncio.wait(self._pending(), timeout=1.0)
+            await self._sender.cancel_background()
+        # Done callbacks of requests that ended last may not have run yet: settle here.
+        self._settler.finish_all()

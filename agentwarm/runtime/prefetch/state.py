@@ -1,0 +1,115 @@
+"""What the prefetcher keeps per request, per prefetch and per step: plain data, no engine.
+
+A :class:`Prefetch` is everything sent for one target node in one step (a refresh supersedes
+its previous :class:`Request`); a :class:`StepScope` is the prefetcher's view of one running
+step, made by the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+from agentwarm.engines.base import PrefillResult, PrefillStatus
+
+if TYPE_CHECKING:
+    from agentwarm._spec import NodeSpec
+    from agentwarm.runtime.admission import Ticket
+    from agentwarm.runtime.records import PrefetchRecord, StepRecord
+
+__all__ = ("Prefetch", "Request", "StepScope")
+
+
+@dataclass(eq=False)
+class Request:
+    """One prefill request sent (or about to be sent) for a prefetch.
+
+    Candidates whose known prefixes are identical (e.g. one agent whose prompt does not depend
+    on the tool it calls next) share one request; ``credit`` is the prefetch its computed
+    tokens are accounted to: the one that sent it, or the winner that shares it.
+    """
+
+    rid: str
+    ids_len: int
+    key: int = 0
+    credit: Prefetch | None = None
+    task: asyncio.Task[PrefillResult | None] | None = None
+    sent: bool = False
+    dropped: bool = False
+    stopping: bool = False
+    failed: bool = False
+    ticket: Ticket | None = None
+    result: PrefillResult | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    @property
+    def waiting(self) -> bool:
+        """Not sent yet, waiting for the speculative slot it took over to be freed."""
+        after = self.ticket.after if self.ticket is not None else None
+        return self.running and not self.sent and after is not None and not after.done()
+
+    @property
+    def stopped(self) -> bool:
+        aborted = self.result is not None and self.result.status is PrefillStatus.ABORTED
+        return self.dropped or aborted
+
+    @property
+    def shareable(self) -> bool:
+        return not (self.stopping or self.stopped or self.failed)
+
+
+@dataclass(eq=False)
+class Prefetch:
+    """All requests for one target in one step (a refresh supersedes the previous request)."""
+
+    record: PrefetchRecord
+    span: trace.Span
+    requests: list[Request] = field(default_factory=list)
+    settled: bool = False
+
+    @property
+    def latest(self) -> Request | None:
+        return self.requests[-1] if self.requests else None
+
+    @property
+    def failed(self) -> bool:
+        return self.latest is not None and self.latest.failed
+
+    def tasks(self) -> list[asyncio.Task[PrefillResult | None]]:
+        return [r.task for r in self.requests if r.task is not None]
+
+
+@dataclass(eq=False)
+class StepScope:
+    """The prefetcher's view of one running step (made by the run).
+
+    ``step_record`` is read here, never written: the run writes it (``step_record.llm_calls``
+    is the one count of the step's LLM calls). ``prefetch_records`` is where this step's
+    prefetch records go, in the order they are issued: the run lends its
+    ``StepRecord.prefetches`` list.
+    """
+
+    step_record: StepRecord
+    spec: NodeSpec
+    path: tuple[str, ...]
+    state: Mapping[str, Any]
+    prefetch_records: list[PrefetchRecord]
+    started: float = field(default_factory=time.perf_counter)
+    predictions: list[tuple[str, float]] = field(default_factory=list)
+    prefetches: dict[str, Prefetch] = field(default_factory=dict)
+    deferred: bool = False
+    lead_s: float | None = None
+    """When the step's first LLM call started (seconds after ``started``; set by the run)."""
+
+    @property
+    def requests_running(self) -> int:
+        """How many of this step's prefetch requests are still running (sent or about to be)."""
+        return len({t for pf in self.prefetches.values() for t in pf.tasks() if not t.done()})
