@@ -15,20 +15,12 @@ branch hit rate per mode, and ``gap_closed`` = (reactive − agentwarm) / (react
 from __future__ import annotations
 
 from agentwarm.bench.config import PROFILES, BenchConfig, Profile, profile
+from agentwarm.bench.inputs import Episode, load_episodes, split_episodes
 from agentwarm.bench.metered import MeteredEngine, RequestRecord
 from agentwarm.bench.modes import MODES, ModeRun, OraclePredictor, pretrain, run_mode
 from agentwarm.bench.report import BenchReport, headline, mode_figures
 from agentwarm.bench.run import run_bench
-from agentwarm.bench.workload import (
-    LAYOUTS,
-    Episode,
-    EpisodeScript,
-    PromptSizes,
-    ThinkTime,
-    Workload,
-    load_episodes,
-    split_episodes,
-)
+from agentwarm.bench.workload import LAYOUTS, EpisodeScript, PromptSizes, ThinkTime, Workload
 
 __all__ = (
     "LAYOUTS",

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
 from agentwarm._spec import END
+from agentwarm.bench.inputs import Episode
 from agentwarm.bench.metered import MeteredEngine, RequestRecord
-from agentwarm.bench.workload import SCRIPT_KEY, Episode, EpisodeScript, Workload
+from agentwarm.bench.workload import SCRIPT_KEY, EpisodeScript, Workload
 from agentwarm.engines.base import Engine, EngineStats
 from agentwarm.predictors import Predictor, default_predictor
 from agentwarm.runtime import PrefetchPolicy, RunResult

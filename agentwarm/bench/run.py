@@ -9,16 +9,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentwarm.bench.config import BenchConfig
+from agentwarm.bench.inputs import load_episodes, read_system_file, read_tools_file, split_episodes
 from agentwarm.bench.modes import ModeRun, run_mode
 from agentwarm.bench.report import BenchReport
-from agentwarm.bench.workload import (
-    ThinkTime,
-    Workload,
-    load_episodes,
-    read_system_file,
-    read_tools_file,
-    split_episodes,
-)
+from agentwarm.bench.workload import ThinkTime, Workload
 from agentwarm.engines.base import Engine
 
 __all__ = ("run_bench",)
