@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 class WorkflowSession:
     """Owns what a workflow learns across runs in this process.
 
+    Made by :meth:`Workflow.session <agentwarm.Workflow.session>` (one per predictor and state
+    dir, kept by the workflow), never constructed directly; ``workflow.run(...)`` runs on it.
+    ``policy`` is the default :class:`PrefetchPolicy` of its runs.
+
     With ``state_dir`` the predictor is loaded from (and saved after every run to) the
     predictor store there; a store that cannot be written is reported with a warning and the
     session keeps learning in memory, so no run fails for it. Each save adds what this session
@@ -44,12 +48,11 @@ class WorkflowSession:
         *,
         predictor: Predictor | None = None,
         state_dir: Path | str | None = None,
-        policy: PrefetchPolicy | None = None,
     ) -> None:
         from agentwarm.predictors import PredictorStore, default_predictor
 
         self.workflow = workflow
-        self.policy = policy or PrefetchPolicy()
+        self.policy = PrefetchPolicy()
         self.guardrail = Guardrail()
         self.timing = StepTiming()
         self.store: PredictorStore | None = None
@@ -87,6 +90,8 @@ class WorkflowSession:
         namespace: str = "",
         run_id: str | None = None,
     ) -> RunResult:
+        """One run on ``engine`` (:meth:`Workflow.run <agentwarm.Workflow.run>` documents the
+        arguments); the predictor is saved afterwards when the session has a state dir."""
         run = Run(
             workflow=self.workflow,
             engine=engine,

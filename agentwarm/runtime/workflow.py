@@ -33,6 +33,11 @@ class Workflow(CompiledGraph):
     """A validated workflow that runs: :class:`~agentwarm.graphs.CompiledGraph` plus
     :meth:`run`, :meth:`run_sync` and :meth:`session`.
 
+    ``await workflow.run(input, engine=...)`` is the way to run it. Runs learn in a session
+    (predictor, guardrail, step timing) that the workflow keeps per predictor and state dir:
+    ``workflow.run(..., predictor=p, state_dir=d)`` is ``workflow.session(predictor=p,
+    state_dir=d).run(...)``, and :meth:`session` gives that learning state to look at or save.
+
     Built by :meth:`WorkflowGraph.compile` (or :func:`load_workflow`); do not construct
     directly.
     """
@@ -54,10 +59,11 @@ class Workflow(CompiledGraph):
         predictor: Predictor | None = None,
         state_dir: Path | str | None = None,
     ) -> WorkflowSession:
-        """The learning state (predictor, guardrail) shared by this workflow's runs.
+        """The learning state (predictor, guardrail) shared by this workflow's runs: the one
+        place a :class:`~agentwarm.runtime.session.WorkflowSession` is made.
 
-        Runs with the same ``state_dir`` share one session in this process; learned state is
-        loaded from and saved to ``state_dir`` when given.
+        Runs with the same ``predictor`` and ``state_dir`` share one session in this process;
+        learned state is loaded from and saved to ``state_dir`` when given.
         """
         # One session per (predictor, state dir): the guardrail's history is kept across runs.
         # The session holds the predictor, so its id stays unique while the entry exists.
@@ -80,9 +86,11 @@ class Workflow(CompiledGraph):
     ) -> RunResult:
         """Run the workflow once on ``engine`` and return its :class:`RunResult`.
 
-        The predictor learns from the run; speculative prefetches follow ``policy`` (the
-        default :class:`PrefetchPolicy` when ``None``; ``PrefetchPolicy(enabled=False)`` turns
-        speculation off, which changes latency only, never outputs or the path).
+        The run learns in ``self.session(predictor=predictor, state_dir=state_dir)``.
+        Speculative prefetches follow ``policy`` (the default :class:`PrefetchPolicy` when
+        ``None``; ``PrefetchPolicy(enabled=False)`` turns speculation off, which changes latency
+        only, never outputs or the path). ``state`` is the run's shared dict (``ctx.state``);
+        requests go to the engine's cache ``namespace``; ``run_id`` defaults to a new id.
         """
         session = self.session(predictor=predictor, state_dir=state_dir)
         return await session.run(
