@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from agentwarm.engines.base import Completion, Engine, EngineStats, PrefillResult, Priority
+from agentwarm.engines.base import (
+    Completion,
+    Engine,
+    EngineStats,
+    GenerateParams,
+    PrefillParams,
+    PrefillResult,
+)
 from agentwarm.errors import RequestAborted
 
 __all__ = ("MeteredEngine", "RequestRecord")
@@ -57,22 +64,13 @@ class MeteredEngine(Engine):
     def _ns(self, namespace: str) -> str:
         return f"{namespace}-{uuid.uuid4().hex}" if self.isolate else namespace
 
-    async def prefill(
-        self,
-        ids: Sequence[int],
-        *,
-        priority: int = Priority.SPECULATIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-    ) -> PrefillResult:
-        result = await self.inner.prefill(
-            ids, priority=priority, rid=rid, namespace=self._ns(namespace), session=session
-        )
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
+        params = replace(params, namespace=self._ns(params.namespace))
+        result = await self.inner.prefill_with(ids, params)
         self.records.append(
             RequestRecord(
                 kind="prefill",
-                priority=int(priority),
+                priority=int(params.priority),
                 prompt_tokens=result.prompt_tokens,
                 cached_tokens=result.cached_tokens,
                 computed_tokens=result.computed_tokens,
@@ -82,36 +80,19 @@ class MeteredEngine(Engine):
         )
         return result
 
-    async def generate(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
-    ) -> Completion:
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
+        priority = int(params.priority)
         try:
-            out = await self.inner.generate(
-                ids,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                priority=priority,
-                rid=rid,
-                namespace=self._ns(namespace),
-                session=session,
-                seed=seed,
+            out = await self.inner.generate_with(
+                ids, replace(params, namespace=self._ns(params.namespace))
             )
         except RequestAborted:
-            self.records.append(RequestRecord("generate", int(priority), len(ids), 0, 0, "aborted"))
+            self.records.append(RequestRecord("generate", priority, len(ids), 0, 0, "aborted"))
             raise
         self.records.append(
             RequestRecord(
                 kind="generate",
-                priority=int(priority),
+                priority=priority,
                 prompt_tokens=out.prompt_tokens,
                 cached_tokens=out.cached_tokens,
                 computed_tokens=out.computed_tokens,

@@ -11,14 +11,9 @@ Rules every implementation keeps:
   ``status=ABORTED`` and the KV computed before the abort stays cached.
 * ``generate`` is a live request. ``Completion.cached_tokens`` is the number of prompt tokens whose
   KV came from the cache (computed earlier by any request, speculative or live).
-* ``priority`` is an int; higher runs first (SGLang's default). :class:`Priority` names the two
-  classes agentwarm uses. Live work always goes before speculative work.
-* ``namespace`` is part of the cache key (tenant isolation, SGLang's ``cache_salt``): two
-  namespaces never share cached KV.
-* ``session`` is a routing key: engines with several workers send every request of one session
-  (a workflow run) to the same worker. Single-worker engines ignore it.
-* ``rid`` identifies a request for ``abort``. Use :func:`new_rid` (fixed length, unique) because
-  SGLang matches rids by prefix.
+* A request's options are one frozen object, :class:`GenerateParams` or :class:`PrefillParams`
+  (their fields are documented there: priority, rid, namespace, session, ...). Callers use the
+  keyword methods (``engine.generate(ids, max_tokens=4)``), which build it.
 * ``encode`` never adds special tokens, so segment-wise encodings can be concatenated.
 * Failures raise :mod:`agentwarm.errors` types, translated ``from`` the original exception.
 * A request that does not fit the model context (prompt, plus ``max_tokens`` for ``generate``)
@@ -31,9 +26,10 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import TracebackType
+from typing import final
 
 from opentelemetry.trace import SpanKind
 
@@ -45,6 +41,8 @@ __all__ = (
     "Completion",
     "Engine",
     "EngineStats",
+    "GenerateParams",
+    "PrefillParams",
     "PrefillResult",
     "PrefillStatus",
     "Priority",
@@ -171,8 +169,70 @@ def new_rid() -> str:
     return uuid.uuid4().hex
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillParams:
+    """The options of one prefill request (``Engine.prefill``'s keywords, as one value).
+
+    Wrappers pass it on unchanged, or change one field with :func:`dataclasses.replace`.
+    """
+
+    #: Higher runs first (SGLang's convention); :class:`Priority` names the two classes
+    #: agentwarm uses. Live work always goes before speculative work.
+    priority: int = Priority.SPECULATIVE
+    #: Identifies the request for ``abort``: a new :func:`new_rid` by default (fixed length and
+    #: unique, because SGLang matches rids by prefix). One params object is one request.
+    rid: str = field(default_factory=new_rid)
+    #: Part of the cache key (tenant isolation, SGLang's ``cache_salt``): two namespaces never
+    #: share cached KV.
+    namespace: str = ""
+    #: Routing key: engines with several workers send every request of one session (a workflow
+    #: run) to the same worker. Single-worker engines ignore it.
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateParams:
+    """The options of one live request (``Engine.generate``'s keywords, as one value).
+
+    ``priority``, ``rid``, ``namespace`` and ``session`` mean what they mean in
+    :class:`PrefillParams`; wrappers pass it on unchanged or change one field with
+    :func:`dataclasses.replace`.
+    """
+
+    #: Most tokens to decode.
+    max_tokens: int = 16
+    #: 0 is greedy decoding.
+    temperature: float = 0.0
+    #: See :class:`PrefillParams`; a live request's default is :attr:`Priority.LIVE`.
+    priority: int = Priority.LIVE
+    #: See :class:`PrefillParams`.
+    rid: str = field(default_factory=new_rid)
+    #: See :class:`PrefillParams`.
+    namespace: str = ""
+    #: See :class:`PrefillParams`.
+    session: str | None = None
+    #: Sampling seed, used when ``temperature > 0``: the same prompt, seed and temperature give
+    #: the same output.
+    seed: int | None = None
+
+
 class Engine(ABC):
-    """Abstract inference engine. See the module docstring for the rules implementations keep."""
+    """Abstract inference engine. See the module docstring for the rules implementations keep.
+
+    How to write an engine: subclass it and implement the *params forms* —
+    :meth:`prefill_with`, :meth:`generate_with` and optionally :meth:`stream_with` (the default
+    yields one chunk with the whole completion) — plus :meth:`abort`, :meth:`encode`,
+    :meth:`decode` and :meth:`stats`; override :meth:`flush_cache` and :meth:`aclose` when the
+    engine has a cache to flush or resources to release. Set :attr:`provider_name` and
+    :attr:`span_kind` (and :attr:`supports_promotion` when true).
+
+    The keyword methods :meth:`prefill`, :meth:`generate` and :meth:`generate_stream` are the
+    callers' entry points and the one place their keywords are spelled: they build a
+    :class:`PrefillParams` / :class:`GenerateParams` and call the params form. Do not override
+    them: a wrapper engine (routing, metering) calls the wrapped engine's params form directly,
+    passing the params object on unchanged (``dataclasses.replace`` to change one field), and
+    would skip such an override.
+    """
 
     model_name: str = "unknown"
     #: ``gen_ai.provider.name`` of this engine's ``text_completion`` spans (DESIGN §6).
@@ -184,7 +244,9 @@ class Engine(ABC):
     #: runtime need not wait for that prefill before sending the live request).
     supports_promotion: bool = False
 
-    @abstractmethod
+    # --- the callers' entry points: build the params, call the params form -------------------
+
+    @final
     async def prefill(
         self,
         ids: Sequence[int],
@@ -194,9 +256,14 @@ class Engine(ABC):
         namespace: str = "",
         session: str | None = None,
     ) -> PrefillResult:
-        """Compute and cache the KV of ``ids`` without decoding."""
+        """Compute and cache the KV of ``ids`` without decoding (see :class:`PrefillParams`;
+        ``rid=None`` is a new one)."""
+        params = PrefillParams(
+            priority=priority, rid=rid or new_rid(), namespace=namespace, session=session
+        )
+        return await self.prefill_with(ids, params)
 
-    @abstractmethod
+    @final
     async def generate(
         self,
         ids: Sequence[int],
@@ -209,12 +276,26 @@ class Engine(ABC):
         session: str | None = None,
         seed: int | None = None,
     ) -> Completion:
-        """Prefill ``ids`` (reusing cached prefix KV) and decode up to ``max_tokens`` tokens.
+        """Prefill ``ids`` (reusing cached prefix KV) and decode up to ``max_tokens`` tokens (see
+        :class:`GenerateParams`; ``rid=None`` is a new one).
 
         Raises :class:`~agentwarm.errors.RequestAborted` if aborted.
         """
+        return await self.generate_with(
+            ids,
+            GenerateParams(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                priority=priority,
+                rid=rid or new_rid(),
+                namespace=namespace,
+                session=session,
+                seed=seed,
+            ),
+        )
 
-    async def generate_stream(
+    @final
+    def generate_stream(
         self,
         ids: Sequence[int],
         *,
@@ -226,20 +307,37 @@ class Engine(ABC):
         session: str | None = None,
         seed: int | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        """Like :meth:`generate` but yields tokens as they are decoded.
-
-        The default yields one chunk with the whole completion; engines override it.
-        """
-        completion = await self.generate(
+        """Like :meth:`generate` but yields tokens as they are decoded; the last chunk carries
+        the :class:`Completion`. Closing the iterator early aborts the request."""
+        return self.stream_with(
             ids,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            priority=priority,
-            rid=rid,
-            namespace=namespace,
-            session=session,
-            seed=seed,
+            GenerateParams(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                priority=priority,
+                rid=rid or new_rid(),
+                namespace=namespace,
+                session=session,
+                seed=seed,
+            ),
         )
+
+    # --- what an engine implements -------------------------------------------------------------
+
+    @abstractmethod
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
+        """:meth:`prefill` with its options as one value."""
+
+    @abstractmethod
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
+        """:meth:`generate` with its options as one value."""
+
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
+    ) -> AsyncIterator[StreamChunk]:
+        """:meth:`generate_stream` with its options as one value. The default yields one chunk
+        with the whole completion; engines that decode token by token override it."""
+        completion = await self.generate_with(ids, params)
         yield StreamChunk(completion.token_ids, completion.text, completion)
 
     @abstractmethod

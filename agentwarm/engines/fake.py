@@ -3,7 +3,8 @@
 It runs the real :class:`~agentwarm.engines.local.scheduler.Scheduler` (one worker, chunked
 prefill, priority classes, live work interrupting speculative chunks, aborts at step
 boundaries, promotion, pins, the same accounting), driven by an asyncio task instead of a
-thread, with a :class:`StepRunner` that computes nothing: a prefill chunk of ``n`` tokens takes
+thread, with a step runner that computes nothing
+(:class:`~agentwarm.engines.cost_model.CostModel`): a prefill chunk of ``n`` tokens takes
 ``n * seconds_per_token`` and each output token ``seconds_per_output_token``. Zero means no
 wait: a free prefill chunk only yields to the event loop once (so that work submitted at the
 same moment is ordered by the scheduler), free decode steps run back to back. Time is kept on a
@@ -14,18 +15,12 @@ number of steps. Use it to test workflows and policies fast and exactly.
 Text is byte-encoded (one token per UTF-8 byte). Outputs are pseudo-random lowercase words that
 depend only on the prompt ids (and ``seed`` when ``temperature > 0``), so a run is reproducible
 and outputs are identical with or without prefetching.
-
-Near 500 lines because the engine protocol's three request methods repeat their keyword
-signatures (a shared parameters type would remove that, issue 11) and the request log, the
-cost model and the asyncio worker that drives the scheduler belong to this engine alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,26 +29,19 @@ from agentwarm.engines.base import (
     Completion,
     Engine,
     EngineStats,
+    GenerateParams,
+    PrefillParams,
     PrefillResult,
-    Priority,
     StreamChunk,
     check_context,
-    new_rid,
 )
-from agentwarm.engines.local.scheduler import (
-    ChunkInterrupted,
-    Request,
-    RequestKind,
-    Scheduler,
-    Step,
-    StepRunner,
-)
+from agentwarm.engines.cost_model import CostModel
+from agentwarm.engines.local.scheduler import Request, RequestKind, Scheduler, Step
 from agentwarm.engines.radix import RadixCache
 from agentwarm.errors import EngineUnavailable, InvalidRequest, RequestAborted
 
 __all__ = ("DEFAULT_LOG_LIMIT", "FakeEngine", "RequestLog")
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz     "
 _MAX_LAG_S = 0.01
 """How far the cost model's clock may lag the loop and catch up: more than the loop's timer
 granularity (about 1 ms per wait), less than a stall of a busy machine, which delays the engine
@@ -99,68 +87,6 @@ class RequestLog:
 @dataclass(eq=False)
 class _Request(Request):
     session: str | None = None
-
-
-class _State:
-    """A request's processed tokens, as far as a cost model knows them."""
-
-    __slots__ = ("cut", "length", "output")
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-        self.cut = False  # the worker's wait for this step was cut short (priority, close)
-        self.output: list[int] | None = None
-
-    def kv(self, start: int, stop: int) -> None:
-        return None  # the fake cache stores no payloads
-
-
-class _CostModel(StepRunner):
-    """The fake's StepRunner: steps only move token counts; outputs come from the prompt ids."""
-
-    def __init__(self, max_context: int, decode: Callable[[Sequence[int]], str]) -> None:
-        self.max_context = max_context
-        self._decode = decode
-
-    def new_state(self, req: Request, values: tuple[Any, ...], length: int) -> _State:
-        return _State(length)
-
-    def extend(
-        self,
-        state: _State,
-        ids: Sequence[int],
-        *,
-        want_logits: bool,
-        interrupt: Any,
-    ) -> None:
-        if state.cut:
-            state.cut = False
-            if interrupt is not None and interrupt():
-                raise ChunkInterrupted
-        state.length += len(ids)
-
-    def decode_step(self, state: _State, token: int) -> None:
-        state.length += 1
-
-    def text(self, ids: Sequence[int]) -> str:
-        return self._decode(ids)
-
-    def sample(self, req: Request, logits: None) -> int:
-        state: _State = req.state
-        if state.output is None:
-            state.output = _output(req.ids, req.max_tokens, req.temperature, req.seed)
-        return state.output[len(req.output)]
-
-
-def _output(ids: tuple[int, ...], n: int, temperature: float, seed: int | None) -> list[int]:
-    tail = ids[-4096:]
-    try:
-        key = bytes(tail)
-    except ValueError:  # an id outside 0..255
-        key = bytes(i & 0xFF for i in tail)
-    digest = hashlib.blake2b(key, digest_size=8).digest()
-    rng = random.Random(int.from_bytes(digest, "big") ^ (seed or 0 if temperature > 0 else 0))
-    return [ord(rng.choice(_LETTERS)) for _ in range(n)]
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -212,7 +138,7 @@ class FakeEngine(Engine):
         self.log: list[RequestLog] = _History(log_limit)
         self.aborts: list[str] = _History(log_limit)
         self.scheduler = Scheduler(
-            _CostModel(max_context, self.decode),
+            CostModel(max_context, self.decode),
             self.cache,
             chunk_size=chunk_size,
             pin_ttl_s=pin_ttl_s,
@@ -240,61 +166,25 @@ class FakeEngine(Engine):
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
-    async def prefill(
-        self,
-        ids: Sequence[int],
-        *,
-        priority: int = Priority.SPECULATIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-    ) -> PrefillResult:
-        req = self._request(RequestKind.PREFILL, ids, priority, rid, namespace, session)
-        result = await self._run(req)
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
+        result = await self._run(self._request(ids, params))
         assert isinstance(result, PrefillResult)
         return result
 
-    async def generate(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
-    ) -> Completion:
-        req = self._request(
-            RequestKind.GENERATE, ids, priority, rid, namespace, session, max_tokens, temperature
-        )
-        req.seed = seed
-        result = await self._run(req)
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
+        result = await self._run(self._request(ids, params))
         assert isinstance(result, Completion)
         return result
 
-    async def generate_stream(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
         """Yield one chunk per output token as it is decoded, then a chunk carrying the
         Completion.
 
         Raises :class:`~agentwarm.errors.RequestAborted` if the request is aborted (the tokens
         yielded before stay yielded); closing the iterator early aborts the request."""
-        req = self._request(
-            RequestKind.GENERATE, ids, priority, rid, namespace, session, max_tokens, temperature
-        )
-        req.seed = seed
+        req = self._request(ids, params)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         req.on_token = queue.put_nowait
         fut = self._submit(req)
@@ -350,33 +240,24 @@ class FakeEngine(Engine):
 
     # --- requests ---------------------------------------------------------------------------
 
-    def _request(
-        self,
-        kind: RequestKind,
-        ids: Sequence[int],
-        priority: int,
-        rid: str | None,
-        namespace: str,
-        session: str | None,
-        max_tokens: int = 0,
-        temperature: float = 0.0,
-    ) -> _Request:
+    def _request(self, ids: Sequence[int], params: PrefillParams | GenerateParams) -> _Request:
         if self._closed:
             raise EngineUnavailable("FakeEngine is closed")
         if not ids:
             raise InvalidRequest("empty prompt: ids must hold at least one token")
-        if kind is RequestKind.GENERATE:
-            max_tokens = max(1, max_tokens)
+        live = params if isinstance(params, GenerateParams) else None
+        max_tokens = max(1, live.max_tokens) if live else 0
         check_context(len(ids), self.max_context, max_tokens=max_tokens)
         return _Request(
-            rid=rid or new_rid(),
-            kind=kind,
+            rid=params.rid,
+            kind=RequestKind.GENERATE if live else RequestKind.PREFILL,
             ids=tuple(ids),
-            priority=int(priority),
-            namespace=namespace,
+            priority=int(params.priority),
+            namespace=params.namespace,
             max_tokens=max_tokens,
-            temperature=temperature,
-            session=session,
+            temperature=live.temperature if live else 0.0,
+            seed=live.seed if live else None,
+            session=params.session,
             future=asyncio.get_running_loop().create_future(),
         )
 

@@ -36,10 +36,11 @@ from agentwarm.engines.base import (
     Completion,
     Engine,
     EngineStats,
+    GenerateParams,
+    PrefillParams,
     PrefillResult,
     Priority,
     StreamChunk,
-    new_rid,
 )
 from agentwarm.engines.sglang import SGLangEngine
 from agentwarm.errors import EngineError, EngineUnavailable
@@ -239,66 +240,24 @@ class MultiWorkerEngine(Engine):
 
     # ------------------------------------------------------------------ engine protocol
 
-    async def prefill(
-        self,
-        ids: Sequence[int],
-        *,
-        priority: int = Priority.SPECULATIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-    ) -> PrefillResult:
-        rid = rid or new_rid()
-
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         def call(engine: Engine) -> Awaitable[PrefillResult]:
-            return engine.prefill(
-                ids, priority=priority, rid=rid, namespace=namespace, session=session
-            )
+            return engine.prefill_with(ids, params)
 
-        return await self._dispatch(session or rid, rid, priority >= Priority.LIVE, call)
+        live = params.priority >= Priority.LIVE
+        return await self._dispatch(params.session or params.rid, params.rid, live, call)
 
-    async def generate(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
-    ) -> Completion:
-        rid = rid or new_rid()
-
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
         def call(engine: Engine) -> Awaitable[Completion]:
-            return engine.generate(
-                ids,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                priority=priority,
-                rid=rid,
-                namespace=namespace,
-                session=session,
-                seed=seed,
-            )
+            return engine.generate_with(ids, params)
 
-        return await self._dispatch(session or rid, rid, True, call)
+        return await self._dispatch(params.session or params.rid, params.rid, True, call)
 
-    async def generate_stream(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
-        rid = rid or new_rid()
-        key = session or rid
+        rid = params.rid
+        key = params.session or rid
         skip: set[str] = set()
         try:
             for attempt in (1, 2):
@@ -307,16 +266,7 @@ class MultiWorkerEngine(Engine):
                 worker.requests += 1
                 yielded = False
                 try:
-                    async for chunk in worker.engine.generate_stream(
-                        ids,
-                        max_tokens=max_tokens,
-                        temperature=temperature,
-                        priority=priority,
-                        rid=rid,
-                        namespace=namespace,
-                        session=session,
-                        seed=seed,
-                    ):
+                    async for chunk in worker.engine.stream_with(ids, params):
                         yielded = True
                         yield chunk
                 except EngineUnavailable as exc:

@@ -347,9 +347,7 @@ PAST = (
 )
 
 
-async def test_a_request_over_the_context_is_refused_before_any_work(
-    case: Case, request: pytest.FixtureRequest
-) -> None:
+async def test_a_request_over_the_context_is_refused_before_any_work(case: Case) -> None:
     engine = case.engine
     before = await engine.stats()
     # (The max_tokens an over-long prompt's error reports is left open: LocalEngine says 0.)
@@ -364,14 +362,6 @@ async def test_a_request_over_the_context_is_refused_before_any_work(
         assert message in str(info.value)
         refused.append((info.value, lengths))
     assert delta(await engine.stats(), before)["requests"] == 0
-    if case.name == "serve":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="SGLangEngine raises the server's refusal as InvalidRequest, not "
-                "ContextLengthExceeded with the lengths (engines/base.py: every engine does)",
-            )
-        )
     for error, (prompt_tokens, max_tokens) in refused:
         assert isinstance(error, ContextLengthExceeded)
         assert (error.prompt_tokens, error.limit) == (prompt_tokens, LIMIT)

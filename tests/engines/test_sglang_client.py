@@ -6,7 +6,9 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -15,6 +17,7 @@ import pytest
 from agentwarm.engines.base import Engine, PrefillStatus, Priority
 from agentwarm.engines.sglang import ROUTING_KEY_HEADER, SGLangEngine, parse_metrics
 from agentwarm.errors import (
+    ContextLengthExceeded,
     EngineError,
     EngineTimeout,
     EngineUnavailable,
@@ -288,6 +291,41 @@ async def test_abort_posts_rid() -> None:
     await engine.aclose()
 
 
+SGLANG_OVER = "The input (9000 tokens) is longer than the model's context length (8192 tokens)."
+SGLANG_PAST = (
+    "Requested token count exceeds the model's maximum context length of 8192 tokens. You "
+    "requested a total of 8200 tokens: 8190 tokens from the input messages and 10 tokens for the "
+    "completion. Please reduce the number of tokens in the input messages or the completion to "
+    "fit within the limit."
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "lengths"), [(SGLANG_OVER, (9000, 0, 8192)), (SGLANG_PAST, (8190, 10, 8192))]
+)
+async def test_sglang_context_refusals_are_context_length_exceeded(
+    message: str, lengths: tuple[int, int, int]
+) -> None:
+    """SGLang answers a request over the context with a 400, or in a stream with an error event
+    that has no code; both carry the lengths in the message."""
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["stream"]:
+            return httpx.Response(200, content=sse({"error": {"message": message}}, "[DONE]"))
+        return httpx.Response(400, json={"error": {"message": message}})
+
+    engine, _ = engine_with(reply)
+    for stream in (False, True):
+        engine.stream_generate = stream
+        with pytest.raises(ContextLengthExceeded) as info:
+            await engine.generate([1, 2], max_tokens=10)
+        assert message in str(info.value) and URL in str(info.value)
+        assert (info.value.prompt_tokens, info.value.max_tokens, info.value.limit) == lengths
+    with pytest.raises(ContextLengthExceeded, match="HTTP 400"):
+        await engine.prefill([1, 2])
+    await engine.aclose()
+
+
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
@@ -347,14 +385,58 @@ def test_url_must_be_http() -> None:
         SGLangEngine("localhost:30000")
 
 
-async def test_missing_tokenizer_names_what_to_pass() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(404)
+class _NoTokenizerServer(BaseHTTPRequestHandler):
+    """A server whose ``/model_info`` names no tokenizer and that has no ``/tokenize``."""
 
-    engine = SGLangEngine(URL, transport=httpx.MockTransport(handler))
-    engine._tokenizer_resolved = True  # skip the blocking /model_info lookup (no real server)
-    with pytest.raises(EngineError, match=r"tokenizer=<local Hugging Face tokenizer dir"):
-        engine.encode("hello")
+    paths: list[str]
+
+    def do_GET(self) -> None:
+        self.paths.append(self.path)
+        self._answer(200 if self.path == "/model_info" else 404, b"{}")
+
+    def do_POST(self) -> None:
+        self.paths.append(self.path)
+        self._answer(404, b'{"detail": "Not Found"}')
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def no_tokenizer_server() -> Iterator[tuple[str, list[str]]]:
+    """A real server on loopback (the first ``encode`` looks it up with a blocking client of
+    its own, which a mock transport does not reach): its URL and the paths it was asked for."""
+    paths: list[str] = []
+    handler = type("Handler", (_NoTokenizerServer,), {"paths": paths})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(DEFAULT_TIMEOUT_S)
+
+
+async def test_missing_tokenizer_is_looked_up_once_and_names_what_to_pass(
+    no_tokenizer_server: tuple[str, list[str]],
+) -> None:
+    url, paths = no_tokenizer_server
+    engine = SGLangEngine(url)
+    assert engine.tokenizer is None
+    for _ in range(2):
+        with pytest.raises(EngineError, match=r"tokenizer=<local Hugging Face tokenizer dir"):
+            engine.encode("hello")
+    assert paths == ["/model_info", "/tokenize"]  # once: the second encode asks nothing
+    assert engine.tokenizer is None
     await engine.aclose()
 
 

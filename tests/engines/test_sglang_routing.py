@@ -11,6 +11,8 @@ import pytest
 from agentwarm.engines.base import (
     Completion,
     EngineStats,
+    GenerateParams,
+    PrefillParams,
     PrefillResult,
     PrefillStatus,
     Priority,
@@ -109,19 +111,19 @@ class Dead(FakeEngine):
         self.calls = 0
         self.alive = False
 
-    async def prefill(self, ids: Sequence[int], **kwargs: object) -> PrefillResult:  # type: ignore[override]
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         self._fail()
-        return await super().prefill(ids, **kwargs)  # type: ignore[arg-type]
+        return await super().prefill_with(ids, params)
 
-    async def generate(self, ids: Sequence[int], **kwargs: object) -> Completion:  # type: ignore[override]
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
         self._fail()
-        return await super().generate(ids, **kwargs)  # type: ignore[arg-type]
+        return await super().generate_with(ids, params)
 
-    async def generate_stream(  # type: ignore[override]
-        self, ids: Sequence[int], **kwargs: object
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
         self._fail()
-        async for chunk in super().generate_stream(ids, **kwargs):  # type: ignore[arg-type]
+        async for chunk in super().stream_with(ids, params):
             yield chunk
 
     async def stats(self) -> EngineStats:
@@ -195,7 +197,7 @@ async def test_down_worker_gets_traffic_again_after_health_probe() -> None:
 
 
 class Slow(FakeEngine):
-    async def generate(self, ids: Sequence[int], **kwargs: object) -> Completion:  # type: ignore[override]
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
         raise EngineTimeout("http://slow:1/generate: no answer in time")
 
 

@@ -14,11 +14,6 @@ Rules this client keeps:
   Hugging Face tokenizer directory, ``"byte"``, or an object with ``encode``/``decode``), or build
   the engine with :meth:`SGLangEngine.from_url`, which reads ``/model_info``. Without either, the
   first ``encode``/``decode`` reads ``/model_info`` with a blocking call, once.
-
-Size: about 430 lines, over the ~400 guideline, for one class whose public surface is the engine
-protocol (three request methods, each with the 8-keyword signature that issue 11's
-``GenerateParams`` will shorten) and the server-info methods; its machinery is in the sibling
-modules.
 """
 
 from __future__ import annotations
@@ -39,11 +34,11 @@ from agentwarm.engines.base import (
     Completion,
     Engine,
     EngineStats,
+    GenerateParams,
+    PrefillParams,
     PrefillResult,
     PrefillStatus,
-    Priority,
     StreamChunk,
-    new_rid,
 )
 from agentwarm.engines.sglang.aborts import AbortTracker
 from agentwarm.engines.sglang.connection import Connection
@@ -171,24 +166,23 @@ class SGLangEngine(Engine):
 
     # ------------------------------------------------------------------ engine protocol
 
-    async def prefill(
-        self,
-        ids: Sequence[int],
-        *,
-        priority: int = Priority.SPECULATIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-    ) -> PrefillResult:
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         """``POST /generate`` with ``max_new_tokens: 0``. Aborted → ``status=ABORTED``.
 
         Aborted means: by :meth:`abort`, or by the server (SGLang aborts a queued low-priority
         request for a higher-priority one, answering 503 "aborted by a higher priority request").
         """
-        rid = rid or new_rid()
+        rid = params.rid
+        request = GenerateParams(
+            max_tokens=0,
+            priority=params.priority,
+            rid=rid,
+            namespace=params.namespace,
+            session=params.session,
+        )
         with self._aborts.tracking(rid):
             try:
-                reply = await self._post_generate(ids, 0, 0.0, priority, rid, namespace, session)
+                reply = await self._post_generate(ids, request)
             except RequestAborted:
                 return self._counters.prefill(rid, len(ids), 0, 0, PrefillStatus.ABORTED)
             except EngineError:
@@ -197,41 +191,19 @@ class SGLangEngine(Engine):
                 raise
             return self._counters.prefill_reply(rid, ids, meta_info(reply))
 
-    async def generate(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
-    ) -> Completion:
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
         """Prefill ``ids`` and decode up to ``max_tokens``; see the class doc for ``ttft_s``."""
         if self.stream_generate:
             completion: Completion | None = None
-            async for chunk in self.generate_stream(
-                ids,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                priority=priority,
-                rid=rid,
-                namespace=namespace,
-                session=session,
-                seed=seed,
-            ):
+            async for chunk in self.stream_with(ids, params):
                 completion = chunk.completion or completion
-            assert completion is not None  # generate_stream ends with a completion or raises
+            assert completion is not None  # stream_with ends with a completion or raises
             return completion
-        rid = rid or new_rid()
+        rid = params.rid
         start = time.perf_counter()
         with self._aborts.tracking(rid):
             try:
-                reply = await self._post_generate(
-                    ids, max_tokens, temperature, priority, rid, namespace, session, seed
-                )
+                reply = await self._post_generate(ids, params)
             except EngineError as exc:
                 if isinstance(exc, RequestAborted) or self._aborts.aborted(rid):
                     self._counters.abort()
@@ -248,33 +220,21 @@ class SGLangEngine(Engine):
             rid, ids, meta, out_ids, text, e2e if ttft is None else ttft, e2e
         )
 
-    async def generate_stream(
-        self,
-        ids: Sequence[int],
-        *,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        priority: int = Priority.LIVE,
-        rid: str | None = None,
-        namespace: str = "",
-        session: str | None = None,
-        seed: int | None = None,
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
         """Stream tokens as SSE events arrive; the last chunk carries the :class:`Completion`.
 
         Concatenating every chunk's ``token_ids`` gives ``completion.token_ids``. Closing the
         iterator early closes the connection, which makes SGLang abort the request.
         """
-        rid = rid or new_rid()
+        rid = params.rid
         with self._aborts.tracking(rid):
             for attempt in (1, 2):
-                body = self._body(
-                    ids, max_tokens, temperature, priority, rid, namespace, seed, stream=True
-                )
                 chunks = stream_generate(
                     self._http,
-                    body,
-                    self._headers(session),
+                    self._body(ids, params, stream=True),
+                    self._headers(params.session),
                     rid=rid,
                     check=lambda exc: self._aborts.check(rid, exc),
                     finish=lambda last, out_ids, text, ttft, e2e: self._counters.completion(
@@ -358,49 +318,30 @@ class SGLangEngine(Engine):
     # ------------------------------------------------------------------ internals
 
     def _body(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        temperature: float,
-        priority: int,
-        rid: str,
-        namespace: str,
-        seed: int | None,
-        *,
-        stream: bool = False,
+        self, ids: Sequence[int], params: GenerateParams, *, stream: bool = False
     ) -> dict[str, Any]:
         return generate_body(
             ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            rid=rid,
+            max_new_tokens=params.max_tokens,
+            temperature=params.temperature,
+            seed=params.seed,
+            rid=params.rid,
             stream=stream,
-            priority=priority if self.send_priority else None,
-            namespace=namespace,
+            priority=params.priority if self.send_priority else None,
+            namespace=params.namespace,
             salt_fields=self.salt_fields,
         )
 
     def _headers(self, session: str | None) -> dict[str, str]:
         return {ROUTING_KEY_HEADER: session} if self.routing_header and session else {}
 
-    async def _post_generate(
-        self,
-        ids: Sequence[int],
-        max_tokens: int,
-        temperature: float,
-        priority: int,
-        rid: str,
-        namespace: str,
-        session: str | None,
-        seed: int | None = None,
-    ) -> GenerateReply:
+    async def _post_generate(self, ids: Sequence[int], params: GenerateParams) -> GenerateReply:
         """A non-streamed ``/generate``, sent again without ``priority`` if the server refuses
         it."""
         for attempt in (1, 2):
-            body = self._body(ids, max_tokens, temperature, priority, rid, namespace, seed)
+            body = self._body(ids, params)
             try:
-                reply = await self._http.post_json("/generate", body, self._headers(session))
+                reply = await self._http.post_json("/generate", body, self._headers(params.session))
                 break
             except PriorityDisabled:
                 if attempt == 2 or not self._disable_priority():
