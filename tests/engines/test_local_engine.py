@@ -13,6 +13,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from agentwarm.engines.local.runner import ModelRunner
 from agentwarm.engines.local.scheduler import StepEvent
 from agentwarm.errors import EngineError, InvalidRequest, RequestAborted
 
+T = TypeVar("T")
 TOL = 1e-4
 WAIT_S = 30.0
 
@@ -78,8 +80,13 @@ class Pause:
 async def settle(engine: LocalEngine) -> None:
     """The cache is consistent and no request holds a lock."""
     await engine.check_integrity()
-    assert await engine._on_worker(lambda: engine.cache.active_locks) == 0
-    assert await engine._on_worker(lambda: engine.cache.locked_tokens) == 0
+    assert await on_worker(engine, lambda: engine.cache.active_locks) == 0
+    assert await on_worker(engine, lambda: engine.cache.locked_tokens) == 0
+
+
+async def on_worker(engine: LocalEngine, fn: Callable[[], T]) -> T:
+    """``fn()`` run on the engine's worker thread, between two steps (``Scheduler.call``)."""
+    return await asyncio.wrap_future(engine.scheduler.call(fn))
 
 
 @pytest.fixture
@@ -338,7 +345,7 @@ async def test_expired_pins_are_forgotten() -> None:
     async with make_engine(pin_ttl_s=1e-9) as engine:
         for _ in range(5):
             assert (await engine.prefill(prompt(rng, 20))).done
-        assert len(engine.scheduler._pins) <= 1
+        assert await on_worker(engine, lambda: engine.scheduler.prefixes.pinned) <= 1
         await settle(engine)
 
 

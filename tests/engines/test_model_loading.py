@@ -34,8 +34,23 @@ def test_tiny_preset(tiny: LoadedModel) -> None:
     assert tiny.eos_token_id == ByteTokenizer.EOS
     assert not tiny.model.training
     assert all(not p.requires_grad for p in tiny.model.parameters())
-    assert tiny.model.config._attn_implementation == "sdpa"
     assert tiny.dtype == torch.float32 and tiny.device == torch.device("cpu")
+
+
+def test_presets_attend_with_sdpa(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every layer's attention runs torch's scaled_dot_product_attention. (transformers keeps
+    the chosen implementation only in the private ``config._attn_implementation``; this checks
+    the behaviour instead.)"""
+    calls: list[int] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        return sdpa(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    logits_of(tiny, list(b"attention"))
+    assert len(calls) == tiny.config.num_hidden_layers
 
 
 def test_presets_are_seeded(tiny: LoadedModel) -> None:

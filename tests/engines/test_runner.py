@@ -9,18 +9,9 @@ from collections.abc import Sequence
 import pytest
 import torch
 
+from agentwarm.engines.local.kv import KV_OPS, SEQ_DIM, SequenceState, kv_len, slice_kv
 from agentwarm.engines.local.model import load_model
-from agentwarm.engines.local.runner import (
-    KV_OPS,
-    ModelRunner,
-    SequenceState,
-    concat_kv,
-    kv_len,
-    kv_nbytes,
-    make_generator,
-    sample,
-    slice_kv,
-)
+from agentwarm.engines.local.runner import ModelRunner, make_generator, sample
 from agentwarm.errors import InvalidRequest
 
 ATOL = 1e-4
@@ -115,29 +106,13 @@ def test_reused_prefix_kv_sliced_and_concatenated(runner: ModelRunner, trial: in
     copy = rng.random() < 0.5
     pieces = [slice_kv(prefix_kv, a, b, copy=copy) for a, b in itertools.pairwise(cuts)]
     if rng.random() < 0.5:
-        pieces = [concat_kv(pieces)]
+        pieces = [torch.cat(pieces, dim=SEQ_DIM)]
     state = runner.new_state(pieces)
     assert state.length == split
     suffix_cuts = [split + c for c in random_cuts(rng, n - split, rng.randrange(1, 4))]
     logits = prefill(runner, state, ids, suffix_cuts)
     for end, got in zip(suffix_cuts[1:], logits, strict=True):
         torch.testing.assert_close(got, ref[end - 1], atol=ATOL, rtol=0)
-
-
-def test_append_kv_continues_a_state(runner: ModelRunner) -> None:
-    rng = random.Random(7)
-    ids = random_ids(rng, 300, runner.vocab_size)
-    ref = runner.forward_full(ids)
-    full = runner.new_state()
-    runner.extend(full, ids[:250])
-    kv = full.kv()
-    state = runner.new_state([slice_kv(kv, 0, 100)])
-    state.append_kv(slice_kv(kv, 100, 180))
-    state.append_kv(slice_kv(kv, 180, 250, copy=True))
-    assert state.length == 250
-    torch.testing.assert_close(runner.extend(state, ids[250:]), ref[-1], atol=ATOL, rtol=0)
-    with pytest.raises(ValueError):
-        state.append_kv(kv[:1])
 
 
 @pytest.mark.parametrize("trial", range(3))
@@ -172,7 +147,8 @@ def test_partial_prefill_then_resume_is_exact(runner: ModelRunner) -> None:
     kept = aborted.kv()
     del aborted
     resumed = runner.new_state([kept])
-    logits = runner.prefill(resumed, ids[384:], chunk_size=50)
+    cuts = [384, 434, 484, 500]
+    logits = prefill(runner, resumed, ids, cuts)[-1]
     torch.testing.assert_close(logits, ref[-1], atol=ATOL, rtol=0)
 
 
@@ -209,7 +185,6 @@ def test_state_grows_by_doubling_and_keeps_kv(runner: ModelRunner) -> None:
         runner.extend(state, ids[a : a + 100], want_logits=False)
         capacities.append(state.capacity)
     assert capacities == [256, 256, 256, 512, 512, 512, 1024, 1024]
-    assert state.nbytes == 1024 * runner.kv_bytes_per_token
     one_shot = runner.new_state(reserve=700)
     runner.extend(one_shot, ids, want_logits=False)
     assert one_shot.capacity == 700
@@ -219,7 +194,6 @@ def test_state_grows_by_doubling_and_keeps_kv(runner: ModelRunner) -> None:
 def test_kv_helpers() -> None:
     kv = torch.arange(2 * 2 * 3 * 10 * 4, dtype=torch.float32).reshape(2, 2, 3, 10, 4)
     assert kv_len(kv) == 10
-    assert kv_nbytes(kv) == kv.numel() * 4
     view = slice_kv(kv, 2, 7)
     assert kv_len(view) == 5
     assert view.data_ptr() == kv[:, :, :, 2].data_ptr()
@@ -228,18 +202,14 @@ def test_kv_helpers() -> None:
     assert torch.equal(copy, view)
     whole = slice_kv(kv, 0, 10, copy=True)
     assert whole.data_ptr() != kv.data_ptr()
-    assert torch.equal(concat_kv([slice_kv(kv, 0, 3), slice_kv(kv, 3, 10)]), kv)
-    assert concat_kv([kv]) is kv
     assert KV_OPS.length(kv) == 10
     part = KV_OPS.slice(kv, 4, 6)
     assert torch.equal(part, kv[:, :, :, 4:6]) and part.is_contiguous()
-    assert kv_nbytes(part) == part.untyped_storage().nbytes()
+    assert part.numel() * part.element_size() == part.untyped_storage().nbytes()
     with pytest.raises(ValueError):
         slice_kv(kv, 3, 11)
     with pytest.raises(ValueError):
         slice_kv(kv, 5, 4)
-    with pytest.raises(ValueError):
-        concat_kv([])
 
 
 def test_state_kv_is_an_independent_copy(runner: ModelRunner) -> None:
@@ -250,13 +220,14 @@ def test_state_kv_is_an_independent_copy(runner: ModelRunner) -> None:
     state.truncate(0)
     runner.extend(state, [9, 9, 9, 9, 9])
     assert torch.equal(kv, before)
-    assert kv_nbytes(kv) == 3 * runner.kv_bytes_per_token
+    assert kv.numel() * kv.element_size() == 3 * runner.kv_bytes_per_token
+    assert kv.untyped_storage().nbytes() == 3 * runner.kv_bytes_per_token
     with pytest.raises(ValueError):
         state.kv(0, 6)
 
 
 def test_check_kv_rejects_foreign_geometry(runner: ModelRunner) -> None:
-    good = runner.empty_kv()
+    good = torch.zeros(runner.num_layers, 2, runner.num_kv_heads, 0, runner.head_dim)
     runner.check_kv(good)
     bad_heads = torch.zeros(runner.num_layers, 2, runner.num_kv_heads + 1, 3, runner.head_dim)
     with pytest.raises(ValueError, match="does not fit"):
@@ -283,10 +254,6 @@ def test_invalid_requests_leave_the_state_unchanged(runner: ModelRunner) -> None
     with pytest.raises(InvalidRequest, match="exceeds"):
         runner.extend(near_full, [1, 2, 3])
     assert near_full.length == runner.max_context - 2
-    with pytest.raises(InvalidRequest, match="exceeds"):
-        near_full.append_kv(slice_kv(kv, 0, 3))
-    with pytest.raises(InvalidRequest):
-        runner.prefill(state, [])
 
 
 def test_sample_greedy_and_temperature() -> None:

@@ -8,7 +8,8 @@ Rules the scheduler keeps:
 
 * One worker owns the step runner and the radix tree; other threads only call
   :meth:`Scheduler.submit`, :meth:`Scheduler.abort`, :meth:`Scheduler.call` and
-  :meth:`Scheduler.close`, which hand work over under a condition variable.
+  :meth:`Scheduler.close`, which hand work over under a condition variable
+  (:mod:`~agentwarm.engines.local.handover`).
 * Every step (one prefill chunk of at most ``chunk_size`` tokens, or one decode token) goes to
   the waiting request with the highest priority, then the earliest arrival (a heap: O(log n)
   per step however many wait). Live work therefore preempts speculative work at the next chunk
@@ -20,53 +21,53 @@ Rules the scheduler keeps:
   ``chunks_interrupted`` counts them. An abort does not interrupt: the chunk in flight finishes
   and its KV is kept (a prefetch superseded by a longer one needs exactly that prefix).
 * Each prefill chunk's KV is inserted into the tree as soon as it is computed, and the request
-  keeps a lock on the path it covers. A request that resumes after another request ran first
-  re-matches the tree and skips whatever that request computed (promotion: a live request over
-  an in-flight speculative prefill computes only what the prefill has not, and the prefill then
-  finds the rest cached). No token is computed twice by requests that share a prefix.
+  keeps a lock on the path it covers (:mod:`~agentwarm.engines.local.prefixes`). A request that
+  resumes after another request ran first re-matches the tree and skips whatever that request
+  computed (promotion: a live request over an in-flight speculative prefill computes only what
+  the prefill has not, and the prefill then finds the rest cached). No token is computed twice
+  by requests that share a prefix.
 * ``cached_tokens`` counts the prompt tokens a request found in the tree, at its start or when
   resuming; ``computed_tokens`` those it computed. For a finished request they sum to the prompt
   length. A generate request always computes its last prompt token (it needs its logits).
 * A finished speculative prefill pins its path for ``pin_ttl_s``; ``abort(rid)`` of a finished
   prefill drops that pin. Every exit path (done, abort, error, close) unlocks.
 
-The seam: the scheduler decides, a :class:`StepRunner` computes. ``Scheduler(model_runner,
-cache)`` (:class:`LocalEngine`) wraps a torch ``ModelRunner`` in :class:`TorchSteps` and starts
-its worker thread. ``Scheduler(steps, cache, thread=False)`` takes any StepRunner and starts no
-thread: its owner is the worker and drives it step by step — :attr:`has_work`, :meth:`serve`
-(take what callers handed over), :meth:`next_step` (pick a request and plan its step),
-:meth:`run_step` — and may spend time between planning and running a step (``FakeEngine``: an
-asyncio task and a cost model, see ``agentwarm/engines/fake.py``). Torch is imported only by
-TorchSteps, so the fake runs this scheduler without it.
-
-Over 400 lines: the rules above are one state machine (submit → plan → run → finish) whose
-parts share the waiting set, the locks and the counters, and the seam is kept next to it so that
-what the scheduler asks of a runner reads with the rules that ask it.
+The scheduler decides, a :class:`~agentwarm.engines.local.steps.StepRunner` computes (the seam,
+:mod:`~agentwarm.engines.local.steps`). ``Scheduler(model_runner, cache)`` (``LocalEngine``)
+starts a worker thread; ``Scheduler(steps, cache, thread=False)`` none: its owner drives it
+(:attr:`~Scheduler.has_work`, :meth:`~Scheduler.serve`, :meth:`~Scheduler.next_step`,
+:meth:`~Scheduler.run_step`) and may spend time between planning and running a step
+(``FakeEngine``: an asyncio task and a cost model). The request types and the seam are
+re-exported here, where ``FakeEngine`` and ``LocalEngine`` import them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
-import heapq
-import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentwarm.engines.base import Completion, PrefillResult, PrefillStatus, Priority
+from agentwarm.engines.base import Priority
+from agentwarm.engines.local.handover import Handover, run_call
+from agentwarm.engines.local.prefixes import Prefixes
+from agentwarm.engines.local.request import (
+    Outcome,
+    Request,
+    RequestKind,
+    Step,
+    StepEvent,
+    resolve,
+    result_of,
+)
+from agentwarm.engines.local.steps import ChunkInterrupted, StepRunner, TorchSteps
+from agentwarm.engines.local.waiting import Waiting
 from agentwarm.errors import EngineError, EngineUnavailable, RequestAborted
 
 if TYPE_CHECKING:
-    import torch
-
-    from agentwarm.engines.local.runner import KV, ModelRunner, SequenceState
-    from agentwarm.engines.radix import RadixCache, RadixNode
+    from agentwarm.engines.local.runner import ModelRunner
+    from agentwarm.engines.radix import MatchResult, RadixCache
 
 __all__ = (
     "ChunkInterrupted",
@@ -81,188 +82,18 @@ __all__ = (
 
 T = TypeVar("T")
 _MAX_EVENTS = 4096
-_Future = concurrent.futures.Future[Any] | asyncio.Future[Any]
 
 
-class RequestKind(Enum):
-    PREFILL = "prefill"
-    GENERATE = "generate"
-
-
-@dataclass(frozen=True, slots=True)
-class StepEvent:
-    """One unit of work, logged before it runs: a prefill chunk ``[start, stop)`` or a decode
-    step (``start`` = position of the fed token). A speculative chunk that yielded to live work
-    mid-way is logged again with kind ``"interrupted"`` (none of it was kept); in ``events``
-    that entry replaces its ``"prefill"`` one, a ``step_hook`` sees both."""
-
-    rid: str
-    kind: str
-    start: int
-    stop: int
-    priority: int
-
-
-@dataclass(eq=False)
-class Request:
-    """A request as the scheduler sees it. Callers fill the first block; the worker the rest.
-
-    ``on_token`` (generate only) is called on the worker with each generated token id,
-    ``on_logits`` with the next-token logits before each sample; both must be thread-safe and
-    quick. ``future`` is a ``concurrent.futures.Future`` unless the caller gives one (an
-    asyncio future, for a worker on the event loop).
-    """
-
-    rid: str
-    kind: RequestKind
-    ids: tuple[int, ...]
-    priority: int
-    namespace: str = ""
-    max_tokens: int = 0
-    temperature: float = 0.0
-    seed: int | None = None
-    on_token: Callable[[int], None] | None = None
-    on_logits: Callable[[Any], None] | None = None
-    t_submit: float = field(default_factory=time.perf_counter)
-    future: _Future = field(default_factory=concurrent.futures.Future)
-
-    arrival: int = 0
-    state: Any = None  # the step runner's per-request state (a SequenceState for torch)
-    node: RadixNode[Any] | None = None
-    cached_tokens: int = 0
-    computed_tokens: int = 0
-    output: list[int] = field(default_factory=list)
-    generator: torch.Generator | None = None
-    t_first_token: float | None = None
-
-    @property
-    def prefill_target(self) -> int:
-        """Prompt tokens whose KV this request needs before it can decode."""
-        return len(self.ids)
-
-
-@dataclass(slots=True)
-class Step:
-    """A step :meth:`Scheduler.next_step` planned (and logged) for :meth:`Scheduler.run_step`."""
-
-    req: Request
-    event: StepEvent
-
-    @property
-    def interruptible(self) -> bool:
-        """A prefill chunk below live priority: work of higher priority may cut it short."""
-        return self.event.kind == "prefill" and self.req.priority < Priority.LIVE
-
-
-class ChunkInterrupted(Exception):
-    """A prefill chunk stopped early because the scheduler asked it to yield; nothing of it
-    was kept (the state is as before the call)."""
-
-
-class StepRunner:
-    """What the scheduler asks of the model (the seam). All calls come from the worker.
-
-    A state holds the processed tokens of one request: ``state.length`` of them, and
-    ``state.kv(start, stop)`` returns the payload the radix tree stores for a token range.
-    """
-
-    eos_token_id: int | None = None
-    max_context: int = 0
-
-    def worker_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Entered around the worker thread's whole life (torch: inference mode)."""
-        return contextlib.nullcontext()
-
-    def new_state(self, req: Request, values: tuple[Any, ...], length: int) -> Any:
-        """A state for ``req`` holding its first ``length`` tokens, whose cached payloads are
-        ``values`` (``None`` where a node has none). Called at the request's first step and
-        again when it resumes past tokens another request computed; the first call for a
-        generate also prepares its sampling."""
-        raise NotImplementedError
-
-    def extend(
-        self,
-        state: Any,
-        ids: Sequence[int],
-        *,
-        want_logits: bool,
-        interrupt: Callable[[], bool] | None,
-    ) -> Any:
-        """Process ``ids`` after ``state``'s tokens; return next-token logits if
-        ``want_logits``. Raises :class:`ChunkInterrupted` (state unchanged) when ``interrupt``
-        is given and returns true before the work is done."""
-        raise NotImplementedError
-
-    def decode_step(self, state: Any, token: int) -> Any:
-        """Process one generated token; return the next-token logits."""
-        raise NotImplementedError
-
-    def sample(self, req: Request, logits: Any) -> int:
-        """The next output token of ``req`` from ``logits``."""
-        raise NotImplementedError
-
-    def text(self, ids: Sequence[int]) -> str:
-        """The text of output token ids."""
-        raise NotImplementedError
-
-
-class TorchSteps(StepRunner):
-    """The StepRunner of the embedded engine: a torch :class:`ModelRunner` and its sampling."""
-
-    def __init__(self, runner: ModelRunner) -> None:
-        from agentwarm.engines.local import runner as rt
-
-        self.runner = runner
-        self._rt = rt
-        self.eos_token_id = runner.eos_token_id
-        self.max_context = runner.max_context
-
-    def worker_context(self) -> contextlib.AbstractContextManager[Any]:
-        import torch
-
-        return torch.inference_mode()
-
-    def new_state(self, req: Request, values: tuple[Any, ...], length: int) -> SequenceState:
-        if req.kind is RequestKind.GENERATE and req.generator is None:
-            req.generator = self._rt.make_generator(req.seed, self.runner.device)
-        pieces: list[KV] = [v for v in values if v is not None]
-        reserve = len(req.ids) + req.max_tokens - sum(int(p.shape[3]) for p in pieces)
-        return self.runner.new_state(pieces, reserve=reserve)
-
-    def extend(
-        self,
-        state: SequenceState,
-        ids: Sequence[int],
-        *,
-        want_logits: bool,
-        interrupt: Callable[[], bool] | None,
-    ) -> torch.Tensor | None:
-        state.interrupt = interrupt
-        try:
-            return self.runner.extend(state, ids, want_logits=want_logits)
-        except self._rt.Interrupted:
-            raise ChunkInterrupted from None
-        finally:
-            state.interrupt = None
-
-    def decode_step(self, state: SequenceState, token: int) -> torch.Tensor:
-        return self.runner.decode_step(state, token)
-
-    def sample(self, req: Request, logits: torch.Tensor) -> int:
-        return self._rt.sample(logits, temperature=req.temperature, generator=req.generator)
-
-    def text(self, ids: Sequence[int]) -> str:
-        return self.runner.tokenizer.decode(ids)
-
-
-class Scheduler:
+class Scheduler(Handover):
     """Owns the waiting queue, the radix tree and the worker. See the module docstring.
+    Other threads call only what it inherits from :class:`Handover` (``submit``, ``abort``,
+    ``call``, ``close``, ``closed``, ``yield_requested``).
 
     ``runner`` is a torch ``ModelRunner`` (wrapped in :class:`TorchSteps`) or a
     :class:`StepRunner`. ``thread=False`` starts no worker thread (the caller drives the
     scheduler, see the module docstring). ``step_hook`` (tests) is called on the worker with
-    each :class:`StepEvent` right before the step runs. ``check_on_idle`` runs
-    :meth:`check_integrity` whenever the worker thread runs out of work; a failure is kept in
+    each :class:`StepEvent` right before the step runs. ``check_on_idle`` runs the cache's
+    integrity check whenever the worker thread runs out of work; a failure is kept in
     ``integrity_error``. ``name`` names the engine in errors; ``events`` keeps the last
     ``max_events`` steps.
     """
@@ -282,42 +113,26 @@ class Scheduler:
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-        self.runner = runner
         self.steps: StepRunner = runner if isinstance(runner, StepRunner) else TorchSteps(runner)
         self.cache = cache
+        self.prefixes = Prefixes(cache, pin_ttl_s)
         self.chunk_size = chunk_size
-        self.pin_ttl_s = pin_ttl_s
         self.check_on_idle = check_on_idle
         self.step_hook = step_hook
-        self.name = name
         self.integrity_error: RuntimeError | None = None
         self.eos_token_id = self.steps.eos_token_id
-        self.on_finish: Callable[[Request, str | BaseException | None], None] | None = None
+        self.on_finish: Callable[[Request, Outcome], None] | None = None
         """Called on the worker when a request leaves (after counting, before its future is
-        resolved) with its outcome, as :meth:`_finish` takes it."""
+        resolved) with its outcome: ``None`` (prefill done), a finish reason or an error."""
 
         self.chunks_executed = 0
         self.chunks_interrupted = 0
-        self.decode_steps = 0
         self.events: deque[StepEvent] = deque(maxlen=max_events)
         self.reset_counters()
 
-        self._lock = threading.Lock()  # guards the hand-over fields below
-        self._cv = threading.Condition(self._lock)  # the worker thread waits on it
-        self._inbox: list[Request] = []
-        self._aborts: list[str] = []
-        self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = []
-        self._closed = False
-        # Waiting requests by arrival; a heap of (-priority, arrival) finds the next one in
-        # O(log n) (entries of requests that left are dropped when they reach the top).
-        self._waiting: dict[int, Request] = {}
-        self._order: list[tuple[int, int]] = []
-        self._by_rid: dict[str, list[Request]] = {}
-        self._pins: dict[str, RadixNode[Any]] = {}
-        self._arrivals = itertools.count()
+        super().__init__(name)
+        self._waiting = Waiting()
         self._last_rid: str | None = None
-        self._running: Request | None = None
-        self._yield = False
         self._dirty = False
         self._thread: threading.Thread | None = None
         if thread:
@@ -332,51 +147,10 @@ class Scheduler:
         self.hit_tokens = 0
         self.computed_tokens = 0
 
-    # -------------------------------------------------------- any thread
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def yield_requested(self) -> bool:
-        """A request of higher priority than the running one arrived since its step began."""
-        return self._yield
-
-    def submit(self, req: Request) -> _Future:
-        """Queue ``req``; its future resolves with a PrefillResult / Completion or an error."""
-        with self._lock:
-            if self._closed:
-                raise EngineUnavailable(f"{self.name} is closed")
-            self._inbox.append(req)
-            running = self._running
-            if running is not None and req.priority > running.priority:
-                self._yield = True
-            self._cv.notify()
-        return req.future
-
-    def abort(self, rid: str) -> None:
-        """Abort ``rid`` at the next step boundary; drop its pin if it is a finished prefill."""
-        with self._lock:
-            self._aborts.append(rid)
-            self._cv.notify()
-
-    def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """Run ``fn`` on the worker between steps; its result resolves the future."""
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        with self._lock:
-            if self._closed:
-                raise EngineUnavailable(f"{self.name} is closed")
-            self._calls.append((fn, fut))
-            self._cv.notify()
-        return fut
-
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker: queued and running requests fail with EngineUnavailable (without a
         worker thread, at the owner's next :meth:`serve`)."""
-        with self._lock:
-            self._closed = True
-            self._cv.notify()
+        super().close()
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
@@ -385,23 +159,16 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         """Something to serve: handed-over requests, aborts or calls, a close, or waiting work."""
-        return bool(self._inbox or self._aborts or self._calls or self._closed or self._waiting)
+        return self.pending or bool(self._waiting)
 
     def serve(self) -> bool:
         """Take what callers handed over: admit new requests, run calls, apply aborts. False
         once closed (every request then resolved with EngineUnavailable)."""
-        with self._lock:
-            inbox, self._inbox = self._inbox, []
-            aborts, self._aborts = self._aborts, []
-            calls, self._calls = self._calls, []
-            closed = self._closed
+        inbox, aborts, calls, closed = self._take()
         for req in inbox:
-            req.arrival = arrival = next(self._arrivals)
-            self._waiting[arrival] = req
-            heapq.heappush(self._order, (-req.priority, arrival))
-            self._by_rid.setdefault(req.rid, []).append(req)
+            self._waiting.add(req)
         for fn, fut in calls:
-            self._run_call(fn, fut)
+            run_call(fn, fut)
         for rid in aborts:
             self._abort(rid)
         if closed:
@@ -412,12 +179,11 @@ class Scheduler:
     def next_step(self) -> Step | None:
         """Pick the next request and plan its step (start it or catch it up, log the event).
         None when nothing waits or the picked request finished without a step (serve again)."""
-        req = self._next()
+        req = self._waiting.next()
         if req is None:
             return None
         self._dirty = True
-        with self._lock:
-            self._running, self._yield = req, False
+        self._set_running(req)
         step = None
         try:
             step = self._guard(req, self._plan)
@@ -435,9 +201,14 @@ class Scheduler:
 
     def fail(self, exc: BaseException) -> None:
         """The worker died of ``exc``: close and fail every request with EngineError."""
-        with self._lock:
-            self._closed = True
+        Handover.close(self)
         self._shutdown(EngineError(f"{self.name}'s worker failed: {exc!r}"))
+
+    def flush(self) -> int:
+        """Drop every unlocked node and pin, zero the counters (worker)."""
+        dropped = self.prefixes.flush()
+        self.reset_counters()
+        return dropped
 
     def _loop(self) -> None:
         try:
@@ -450,13 +221,7 @@ class Scheduler:
 
     def _serve_once(self) -> bool:
         """Wait for work, serve it, run one step. False once closed."""
-        with self._cv:
-            while not self.has_work:
-                if self._dirty and self.check_on_idle:
-                    self._dirty = False
-                    self._idle_check()
-                    continue
-                self._cv.wait()
+        self._wait(lambda: self.has_work, self._on_idle)
         if not self.serve():
             return False
         step = self.next_step()
@@ -464,39 +229,20 @@ class Scheduler:
             self.run_step(step)
         return True
 
-    def _next(self) -> Request | None:
-        """The waiting request that runs next: highest priority, then earliest arrival."""
-        order = self._order
-        while order:
-            req = self._waiting.get(order[0][1])
-            if req is not None:
-                return req
-            heapq.heappop(order)
-        return None
+    def _on_idle(self) -> bool:
+        """Check the cache once after work (``check_on_idle``); false when there is nothing to
+        do (the worker then sleeps)."""
+        if not (self._dirty and self.check_on_idle):
+            return False
+        self._dirty = False
+        problem = self.prefixes.idle_problem()
+        if problem is not None:
+            self.integrity_error = problem
+        return True
 
     def _end(self, req: Request) -> None:
         self._last_rid = req.rid
-        with self._lock:
-            self._running = None
-
-    def _run_call(self, fn: Callable[[], Any], fut: concurrent.futures.Future[Any]) -> None:
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            fut.set_result(fn())
-        except BaseException as exc:
-            fut.set_exception(exc)
-
-    def _idle_check(self) -> None:
-        try:
-            self.cache.check_integrity()
-            if self.cache.active_locks:
-                raise RuntimeError(
-                    f"scheduler idle but {self.cache.active_locks} radix locks are held "
-                    f"({self.cache.locked_tokens} tokens)"
-                )
-        except RuntimeError as exc:
-            self.integrity_error = exc
+        self._set_running(None)
 
     def _guard(self, req: Request, fn: Callable[[Request], T]) -> T | None:
         """``fn(req)``; a failure finishes ``req`` with an EngineError (and re-raises a
@@ -514,9 +260,9 @@ class Scheduler:
 
     def _plan(self, req: Request) -> Step | None:
         if req.state is None:
-            self._start(req)
+            self._resume(req, self.prefixes.start(req))
         elif self._last_rid != req.rid and req.state.length < req.prefill_target:
-            self._catch_up(req)
+            self._resume(req, self.prefixes.catch_up(req))
         if req.future.done():
             return None
         state = req.state
@@ -530,37 +276,23 @@ class Scheduler:
         self._log(event)
         return Step(req, event)
 
+    def _resume(self, req: Request, match: MatchResult[Any] | None) -> None:
+        """Build ``req``'s state from the cached prefix ``match`` (at its start, or past what
+        another request computed meanwhile; ``None``: nothing new); a prefill found whole in
+        the cache is done."""
+        if match is None:
+            return
+        if req.kind is RequestKind.PREFILL and match.length == len(req.ids):
+            self._finish(req, None)
+            return
+        req.state = self.steps.new_state(req, match.values, match.length)
+
     def _execute(self, req: Request, event: StepEvent) -> None:
         if event.kind == "prefill":
             self._prefill_chunk(req, event)
         else:
-            self._decode_step(req)
-
-    def _start(self, req: Request) -> None:
-        limit = len(req.ids) - (1 if req.kind is RequestKind.GENERATE else 0)
-        match = self.cache.match_prefix(req.namespace, req.ids[:limit])
-        self.cache.lock(match.node)
-        req.node = match.node
-        req.cached_tokens = match.length
-        if req.kind is RequestKind.PREFILL and match.length == len(req.ids):
-            self._finish(req, None)
-            return
-        req.state = self.steps.new_state(req, match.values, match.length)
-
-    def _catch_up(self, req: Request) -> None:
-        """Skip prompt tokens another request computed while ``req`` waited."""
-        assert req.state is not None and req.node is not None
-        limit = len(req.ids) - (1 if req.kind is RequestKind.GENERATE else 0)
-        match = self.cache.match_prefix(req.namespace, req.ids[:limit])
-        gained = match.length - req.state.length
-        if gained <= 0:
-            return
-        self._move_lock(req, match.node)
-        req.cached_tokens += gained
-        if req.kind is RequestKind.PREFILL and match.length == len(req.ids):
-            self._finish(req, None)
-            return
-        req.state = self.steps.new_state(req, match.values, match.length)
+            assert req.state is not None
+            self._emit(req, self.steps.decode_step(req.state, req.output[-1]))
 
     def _prefill_chunk(self, req: Request, event: StepEvent) -> None:
         state = req.state
@@ -583,7 +315,7 @@ class Scheduler:
             return
         self.chunks_executed += 1
         req.computed_tokens += stop - start
-        self._insert(req, req.ids[:stop])
+        self.prefixes.keep(req, req.ids[:stop])
         if not last:
             return
         if req.kind is RequestKind.PREFILL:
@@ -593,14 +325,7 @@ class Scheduler:
         self._emit(req, logits)
 
     def _should_yield(self) -> bool:
-        return self._yield
-
-    def _decode_step(self, req: Request) -> None:
-        state = req.state
-        assert state is not None
-        logits = self.steps.decode_step(state, req.output[-1])
-        self.decode_steps += 1
-        self._emit(req, logits)
+        return self.yield_requested
 
     def _emit(self, req: Request, logits: Any) -> None:
         """Sample the next token of a generate request and finish it if it must stop."""
@@ -617,59 +342,21 @@ class Scheduler:
         if len(req.output) >= req.max_tokens or req.state.length >= self.steps.max_context:
             self._finish(req, "length")
 
-    def _insert(self, req: Request, ids: tuple[int, ...]) -> None:
-        """Insert the KV ``req`` computed beyond its locked path; move the lock to the end."""
-        assert req.state is not None and req.node is not None
-        offset = req.node.depth
-        if len(ids) <= offset or not self.cache.is_attached(req.node):
-            return
-        kv = req.state.kv(offset, len(ids))
-        result = self.cache.insert(req.namespace, ids, kv, value_offset=offset)
-        if result.length > offset:
-            self._move_lock(req, result.node)
-
-    def _move_lock(self, req: Request, node: RadixNode[Any]) -> None:
-        assert req.node is not None
-        self.cache.lock(node)
-        self.cache.unlock(req.node)
-        req.node = node
-
     def _abort(self, rid: str) -> None:
-        same = self._by_rid.get(rid)
-        if same:
-            self._finish(same[0], RequestAborted(f"request {rid} was aborted"))
+        req = self._waiting.first_with(rid)
+        if req is not None:
+            self._finish(req, RequestAborted(f"request {rid} was aborted"))
             return
-        node = self._pins.pop(rid, None)
-        if node is not None:
-            self.cache.unpin(node)
+        self.prefixes.unpin(rid)
 
-    def _leave(self, req: Request) -> None:
-        """Drop ``req`` from the waiting set (a no-op if it is not there)."""
-        if self._waiting.get(req.arrival) is not req:
-            return
-        del self._waiting[req.arrival]
-        if not self._waiting:
-            self._order.clear()  # only stale entries left
-        same = self._by_rid[req.rid]
-        same.remove(req)
-        if not same:
-            del self._by_rid[req.rid]
-
-    def _finish(self, req: Request, outcome: str | BaseException | None) -> None:
+    def _finish(self, req: Request, outcome: Outcome) -> None:
         """Leave the queue: keep computed KV, unlock, count, resolve the future.
 
         ``outcome`` is ``None`` (prefill done), a finish reason (generate done) or an error;
         a RequestAborted error resolves a prefill as ABORTED instead of failing it.
         """
-        self._leave(req)
-        if req.node is not None:
-            try:
-                if req.state is not None:
-                    self._insert(req, (*req.ids, *req.output)[: req.state.length])
-            except Exception:
-                pass  # caching what was computed is best effort; the outcome stands
-            finally:
-                self.cache.unlock(req.node)
+        self._waiting.remove(req)
+        self.prefixes.release(req)
         aborted = isinstance(outcome, RequestAborted)
         if isinstance(outcome, RequestAborted):
             outcome.cached_tokens = req.cached_tokens
@@ -681,60 +368,12 @@ class Scheduler:
         self.computed_tokens += req.computed_tokens
         if self.on_finish is not None:
             self.on_finish(req, outcome)
-        result: PrefillResult | Completion | BaseException
-        if req.kind is RequestKind.PREFILL and (outcome is None or aborted):
-            status = PrefillStatus.ABORTED if aborted else PrefillStatus.DONE
-            if status is PrefillStatus.DONE and req.node is not None:
-                self._pin(req.rid, req.node)
-            result = PrefillResult(
-                rid=req.rid,
-                prompt_tokens=len(req.ids),
-                cached_tokens=req.cached_tokens,
-                computed_tokens=req.computed_tokens,
-                status=status,
-            )
-        elif isinstance(outcome, str):
-            now = time.perf_counter()
-            first = req.t_first_token if req.t_first_token is not None else now
-            result = Completion(
-                text=self.steps.text(req.output),
-                token_ids=tuple(req.output),
-                prompt_tokens=len(req.ids),
-                cached_tokens=req.cached_tokens,
-                ttft_s=first - req.t_submit,
-                finish_reason=outcome,
-                rid=req.rid,
-                e2e_s=now - req.t_submit,
-            )
-        else:
-            assert outcome is not None
-            result = outcome
+        if req.kind is RequestKind.PREFILL and outcome is None and req.node is not None:
+            self.prefixes.pin(req.rid, req.node)
+        result = result_of(req, outcome, self.steps.text)
         req.node = None
         req.state = None
-        _resolve(req.future, result)
-
-    def _pin(self, rid: str, node: RadixNode[Any]) -> None:
-        """Pin ``node`` for ``rid``; forget pins that expired (oldest first, same TTL for all)."""
-        if self.pin_ttl_s <= 0:
-            return
-        self.cache.pin(node, self.pin_ttl_s)
-        old = self._pins.pop(rid, None)
-        if old is not None:
-            self.cache.unpin(old)
-        self._pins[rid] = node
-        while self._pins:
-            oldest = next(iter(self._pins))
-            if self.cache.is_pinned(self._pins[oldest]):
-                break
-            del self._pins[oldest]
-
-    def flush(self) -> int:
-        """Drop every unlocked node and pin, zero the counters (worker)."""
-        self._pins.clear()
-        dropped = self.cache.reset()
-        self.cache.evicted_tokens = 0
-        self.reset_counters()
-        return dropped
+        resolve(req.future, result)
 
     def _log(self, event: StepEvent) -> None:
         self.events.append(event)
@@ -742,29 +381,14 @@ class Scheduler:
             self.step_hook(event)
 
     def _shutdown(self, error: EngineError) -> None:
-        for req in list(self._waiting.values()):
+        for req in self._waiting:
             try:
                 self._finish(req, error)
             except Exception:
-                self._leave(req)
-                _resolve(req.future, error)
-        with self._lock:
-            inbox, self._inbox = self._inbox, []
-            calls, self._calls = self._calls, []
+                self._waiting.remove(req)
+                resolve(req.future, error)
+        inbox, calls = self._drain()
         for req in inbox:
-            _resolve(req.future, error)
+            resolve(req.future, error)
         for _, fut in calls:
-            _resolve(fut, error)
-
-
-def _resolve(fut: _Future, outcome: object) -> None:
-    """Set ``fut`` to ``outcome`` (an exception is raised by it) unless it is already done."""
-    if fut.done():
-        return
-    try:
-        if isinstance(outcome, BaseException):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
-    except (concurrent.futures.InvalidStateError, asyncio.InvalidStateError):
-        pass
+            resolve(fut, error)

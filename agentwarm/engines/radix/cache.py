@@ -1,32 +1,5 @@
-"""A token-level radix tree: the prefix cache shared by the fake and the embedded engine.
-
-Keys are token-id sequences; each node stores the ids of one edge (``key``) and an optional
-payload covering exactly those tokens (per-layer K/V for the :class:`LocalEngine`, ``None`` for
-the :class:`FakeEngine`). The namespace is part of the key: every namespace has its own root,
-so two namespaces never share a node.
-
-Rules callers keep:
-
-* One owner. The tree is not thread-safe; the engine that owns it mutates it from one thread.
-* Node handles (:class:`RadixNode`) stay valid across splits: a split inserts a new parent above
-  the node, which keeps its identity, children, locks and pins. An evicted or flushed node is
-  detached and loses its payload and pins (a stale handle keeps no memory alive).
-* ``match_prefix`` and ``insert`` split a node when the match ends inside it, so the returned
-  node always covers exactly the matched ids and ``values`` are whole node payloads.
-* ``lock(node)`` protects the path root→node until the matching ``unlock(node)``; locked nodes
-  are never evicted. Every ``lock`` needs exactly one ``unlock`` on the same handle.
-* Namespace bookkeeping is bounded by the cache: a namespace's root exists only while it holds
-  a node or a lock. ``match_prefix`` in an unknown namespace returns a root that is not kept
-  until it is locked; the operation that leaves a root empty and unlocked (``unlock``,
-  ``insert`` with no room, ``evict``, ``reset``) drops it, so ``namespaces`` never keeps a
-  namespace whose prefixes are gone.
-* ``pin(node, ttl_s)`` protects node (and, because eviction is leaf-first, its ancestors) until
-  ``unpin(node)`` or until the TTL runs out; an expired pin counts as no pin. Pins on a node are
-  counted; ``unpin`` drops one and is a no-op on an unpinned or evicted node.
-* With ``max_tokens`` set, ``total_tokens <= max_tokens`` always holds. ``insert`` evicts LRU
-  leaves to make room; if locked or pinned nodes leave too little room it stores only the first
-  part of the new ids that fits (possibly nothing) and reports the stored length.
-"""
+"""The radix tree itself: :class:`RadixCache` (lookup, insert, locks, pins, LRU eviction and
+its integrity check). The rules callers keep are in :mod:`agentwarm.engines.radix`."""
 
 from __future__ import annotations
 
@@ -34,109 +7,21 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-__all__ = ("InsertResult", "MatchResult", "PayloadOps", "RadixCache", "RadixNode")
+from agentwarm.engines.radix.node import (
+    InsertResult,
+    MatchResult,
+    PayloadOps,
+    RadixNode,
+    check_subtree,
+    common_len,
+    subtree,
+)
+
+__all__ = ("RadixCache",)
 
 V = TypeVar("V")
-
-
-class PayloadOps(Protocol[V]):
-    """How the tree measures and cuts payloads. Only needed when nodes carry payloads."""
-
-    def length(self, value: V) -> int:
-        """Number of tokens ``value`` covers."""
-        ...
-
-    def slice(self, value: V, start: int, stop: int) -> V:
-        """Tokens ``start:stop`` of ``value``, as a value the tree may keep.
-
-        Called when a node is split and when only part of an inserted value is stored; an
-        implementation backed by tensors should return a compact copy, not a view that keeps
-        the whole original alive.
-        """
-        ...
-
-
-class RadixNode(Generic[V]):
-    """One edge of the tree. Read-only to callers; pass it back to lock/unlock/pin/unpin."""
-
-    __slots__ = (
-        "access_tick",
-        "children",
-        "depth",
-        "key",
-        "last_access",
-        "lock_ref",
-        "namespace",
-        "own_locks",
-        "parent",
-        "pin_count",
-        "pin_until",
-        "value",
-    )
-
-    def __init__(
-        self,
-        namespace: str,
-        key: tuple[int, ...],
-        value: V | None,
-        parent: RadixNode[V] | None,
-    ) -> None:
-        self.namespace = namespace
-        self.key = key
-        self.value = value
-        self.parent = parent
-        self.children: dict[int, RadixNode[V]] = {}
-        self.depth: int = (parent.depth if parent is not None else 0) + len(key)
-        self.lock_ref = 0
-        self.own_locks = 0
-        self.pin_count = 0
-        self.pin_until = 0.0
-        self.last_access = 0.0
-        self.access_tick = 0
-
-    @property
-    def is_root(self) -> bool:
-        return self.parent is None
-
-    def path(self) -> list[RadixNode[V]]:
-        """Nodes from the first child of the root down to this node."""
-        nodes: list[RadixNode[V]] = []
-        node: RadixNode[V] | None = self
-        while node is not None and node.parent is not None:
-            nodes.append(node)
-            node = node.parent
-        nodes.reverse()
-        return nodes
-
-    def prefix_ids(self) -> tuple[int, ...]:
-        """All token ids from the root to the end of this node."""
-        return tuple(tok for node in self.path() for tok in node.key)
-
-    def __repr__(self) -> str:
-        return (
-            f"RadixNode(ns={self.namespace!r}, depth={self.depth}, len={len(self.key)}, "
-            f"lock_ref={self.lock_ref}, pins={self.pin_count})"
-        )
-
-
-class MatchResult(NamedTuple, Generic[V]):
-    """``length`` ids matched; ``node`` ends exactly there; ``values`` are the payloads of the
-    nodes on the path root→node, in order, covering exactly ``length`` tokens."""
-
-    length: int
-    node: RadixNode[V]
-    values: tuple[V | None, ...]
-
-
-class InsertResult(NamedTuple, Generic[V]):
-    """``cached_len`` ids were already present; the path root→``node`` now covers the first
-    ``length`` ids (``length < len(ids)`` only when the budget left no room)."""
-
-    cached_len: int
-    node: RadixNode[V]
-    length: int
 
 
 class RadixCache(Generic[V]):
@@ -195,7 +80,7 @@ class RadixCache(Generic[V]):
             if child is None:
                 break
             key = child.key
-            k = _common_len(key, ids, pos)
+            k = common_len(key, ids, pos)
             if k < len(key):
                 node = self._split(child, k)
                 pos += k
@@ -368,7 +253,7 @@ class RadixCache(Generic[V]):
         if node.lock_ref > 0:
             return sum(self._drop_unlocked(c) for c in list(node.children.values()))
         dropped = 0
-        for sub in _subtree(node):
+        for sub in subtree(node):
             dropped += len(sub.key)
             sub.value = None
             sub.pin_count = 0
@@ -445,7 +330,7 @@ class RadixCache(Generic[V]):
     def _nodes(self) -> Iterator[RadixNode[V]]:
         for root in self._roots.values():
             for child in root.children.values():
-                yield from _subtree(child)
+                yield from subtree(child)
 
     def _touch(self, node: RadixNode[V]) -> None:
         now = self.clock()
@@ -486,7 +371,7 @@ class RadixCache(Generic[V]):
                 problems.append(f"root of namespace {ns!r} is malformed: {root!r}")
             if not root.children and root.lock_ref == 0:
                 problems.append(f"namespace {ns!r} is kept with no node and no lock")
-            total_ns, locked_ns, locks_ns = self._check_subtree(root, problems)
+            total_ns, locked_ns, locks_ns = check_subtree(root, self.ops, problems)
             total += total_ns
             locked += locked_ns
             locks += locks_ns
@@ -500,56 +385,3 @@ class RadixCache(Generic[V]):
             problems.append(f"total_tokens={self.total_tokens} > max_tokens={self.max_tokens}")
         if problems:
             raise RuntimeError("radix cache integrity: " + "; ".join(problems))
-
-    def _check_subtree(self, node: RadixNode[V], problems: list[str]) -> tuple[int, int, int]:
-        total = locked = locks = 0
-        stack = [node]
-        while stack:
-            cur = stack.pop()
-            locks += cur.own_locks
-            if not cur.is_root:
-                total += len(cur.key)
-                if cur.lock_ref > 0:
-                    locked += len(cur.key)
-                if not cur.key:
-                    problems.append(f"empty key in {cur!r}")
-                if self.ops is not None and cur.value is not None:
-                    have = self.ops.length(cur.value)
-                    if have != len(cur.key):
-                        problems.append(f"payload covers {have} tokens, key has {len(cur.key)}")
-            child_locks = 0
-            for first, child in cur.children.items():
-                if child.parent is not cur:
-                    problems.append(f"child {child!r} does not link back to its parent")
-                if not child.key or child.key[0] != first:
-                    problems.append(f"child {child!r} filed under token {first}")
-                if child.namespace != cur.namespace:
-                    problems.append(f"child {child!r} in namespace {cur.namespace!r}")
-                if child.depth != cur.depth + len(child.key):
-                    problems.append(f"child {child!r} depth != {cur.depth} + {len(child.key)}")
-                child_locks += child.lock_ref
-                stack.append(child)
-            if cur.lock_ref != cur.own_locks + child_locks or cur.own_locks < 0:
-                problems.append(
-                    f"lock_ref={cur.lock_ref} != own {cur.own_locks} + children {child_locks}"
-                    f" at {cur!r}"
-                )
-        return total, locked, locks
-
-
-def _common_len(key: tuple[int, ...], ids: Sequence[int], pos: int) -> int:
-    n = min(len(key), len(ids) - pos)
-    if key[:n] == tuple(ids[pos : pos + n]):
-        return n
-    i = 0
-    while i < n and key[i] == ids[pos + i]:
-        i += 1
-    return i
-
-
-def _subtree(node: RadixNode[V]) -> Iterator[RadixNode[V]]:
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(cur.children.values())
