@@ -3,7 +3,10 @@
 Every field is checked before a predictor is rebuilt: strict types (no ``true`` for a number,
 no ``1.0`` for an integer, no string for a list), finite numbers (JSON ``1e4000`` decodes to
 ``inf``), integers too large for a float, negative counts, unknown keys, and sizes bounded by
-the limits below. :func:`parse` turns any problem into one ``ValueError`` naming the field, so
+the limits below. Then, by each model's validator, what the fields say together: the
+features and the weights of the experts, each expert's tables (the context bound, lengths,
+repeats, feature keys) and that the counts name only known nodes, so ``from_dict`` only builds.
+:func:`parse` turns any problem into one ``ValueError`` naming the field, so
 :class:`~agentwarm.predictors.store.PredictorStore` can set the file aside instead of crashing.
 """
 
