@@ -5,6 +5,8 @@ Rules (each one decided here, used by :mod:`agentwarm.server.app` and
 
 * **Exposure** (:func:`check_exposure`): a server bound to anything but loopback needs an API key,
   unless the operator passes ``--insecure-no-api-key``.
+* **API key** (:class:`APIKeyGuard`): with one, every path but ``/health*`` and ``/metrics``
+  needs ``Authorization: Bearer <key>`` (as SGLang's ``--api-key``), else **401**.
 * **Host / Origin** (:class:`HostGuard`, only without an API key): a keyless server trusts anyone
   who can reach it, which a web page can do through the browser: DNS rebinding (a page of
   ``evil.example`` re-points its name at 127.0.0.1; its requests then carry
@@ -24,6 +26,7 @@ Rules (each one decided here, used by :mod:`agentwarm.server.app` and
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -35,6 +38,8 @@ __all__ = (
     "BODY_SLACK_BYTES",
     "BYTES_PER_CONTEXT_TOKEN",
     "MAX_DEFAULT_REQUEST_BYTES",
+    "PUBLIC_PATHS",
+    "APIKeyGuard",
     "ErrorResponse",
     "HostGuard",
     "check_exposure",
@@ -48,6 +53,8 @@ BODY_SLACK_BYTES = 64 * 1024
 MAX_DEFAULT_REQUEST_BYTES = 8 * 1024 * 1024
 _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Path prefixes a server with an API key answers without it (probes and scrapers).
+PUBLIC_PATHS = ("/health", "/metrics")
 
 
 def is_loopback(host: str) -> bool:
@@ -151,3 +158,24 @@ class HostGuard:
                 await self.error(403, message, "ForbiddenError")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class APIKeyGuard:
+    """ASGI middleware: ``Authorization: Bearer <api_key>`` on every path but
+    :data:`PUBLIC_PATHS`; a refusal is answered with ``error(401, message, kind)``."""
+
+    def __init__(self, app: ASGIApp, api_key: str, error: ErrorResponse) -> None:
+        self.app = app
+        self.error = error
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(PUBLIC_PATHS):
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        message = "missing or wrong API key: send Authorization: Bearer <key>"
+        await self.error(401, message, "AuthError")(scope, receive, send)
