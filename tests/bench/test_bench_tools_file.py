@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentwarm.bench.workload import Episode, Workload
+from agentwarm.bench.inputs import Episode
+from agentwarm.bench.workload import Workload
 from agentwarm.cli import app
 
 runner = CliRunner()
