@@ -7,8 +7,12 @@ count the logged steps; nothing here asserts on wall-clock time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import os
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from functools import cache
@@ -453,3 +457,26 @@ async def test_duplicate_rid_in_flight_is_rejected() -> None:
         pause.go.set()
         assert (await first).done
         assert (await engine.generate([1, 2, 3], priority=Priority.LIVE, max_tokens=1)).rid
+
+
+def test_importing_the_package_has_no_side_effect() -> None:
+    """Only loading ``LocalEngine`` (which loads torch) sets OMP_WAIT_POLICY, and only when the
+    environment does not; the package and the scheduler FakeEngine runs import no torch."""
+    code = (
+        "import os, sys\n"
+        "import agentwarm.engines.local, agentwarm.engines.local.scheduler\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'))\n"
+        "from agentwarm.engines.local import LocalEngine\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    run = functools.partial(
+        subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    done = run(env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "PASSIVE"]
+    kept = run(env={**env, "OMP_WAIT_POLICY": "ACTIVE"})
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.split() == ["ACTIVE", "ACTIVE"]
