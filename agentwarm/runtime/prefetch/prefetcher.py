@@ -1,6 +1,6 @@
 """The prefetcher: owns every in-flight speculative prefill of a run (the package docstring
 tells its lifecycle). Its decisions are :mod:`.rules`; sending and stopping requests is
-:mod:`.sender`; settling outcomes is :mod:`.settle`.
+:mod:`.sender`, settling outcomes :mod:`.settle`, holding confirmed warm-ups :mod:`.warmups`.
 """
 
 from __future__ import annotations
