@@ -12,7 +12,13 @@ import asyncio
 from collections.abc import Sequence
 
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
-from agentwarm.engines.base import Completion, PrefillResult, Priority
+from agentwarm.engines.base import (
+    Completion,
+    GenerateParams,
+    PrefillParams,
+    PrefillResult,
+    Priority,
+)
 from agentwarm.runtime import PrefetchKind, PrefetchOutcome
 from agentwarm.runtime.admission import Admission, admission_for
 from agentwarm.runtime.result import RunResult, summarize
@@ -136,19 +142,17 @@ class GatedEngine(FakeEngine):
         self.at_gate = 0
         self.calls: list[str] = []
 
-    async def prefill(
-        self, ids: Sequence[int], *, priority: int = Priority.SPECULATIVE, **kw: object
-    ) -> PrefillResult:
-        if priority < Priority.LIVE:
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
+        if params.priority < Priority.LIVE:
             self.at_gate += 1
             await self.gate.wait()
-        result = await super().prefill(ids, priority=priority, **kw)  # type: ignore[arg-type]
-        self.calls.append(f"prefill/{priority}")
+        result = await super().prefill_with(ids, params)
+        self.calls.append(f"prefill/{params.priority}")
         return result
 
-    async def generate(self, ids: Sequence[int], **kw: object) -> Completion:
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
         self.calls.append("generate")
-        return await super().generate(ids, **kw)  # type: ignore[arg-type]
+        return await super().generate_with(ids, params)
 
 
 def make_pair(started: asyncio.Event | None = None, *, wait_prefetch: bool = False):

@@ -97,7 +97,7 @@ async def test_prefetch_is_invisible_except_latency():
 
 
 class FailingPrefill(FakeEngine):
-    async def prefill(self, ids, **kw):
+    async def prefill_with(self, ids, params):
         raise EngineError("speculation exploded")
 
 
@@ -214,7 +214,7 @@ async def test_run_sync_inside_loop_is_a_clear_error():
 
 
 class DownForLive(FakeEngine):
-    async def generate(self, ids, **kw):
+    async def generate_with(self, ids, params):
         from agentwarm.errors import EngineUnavailable
 
         raise EngineUnavailable("http://127.0.0.1:9: connection refused")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentwarm import FakeEngine, PrefetchPolicy
-from agentwarm.engines.base import PrefillResult, Priority
+from agentwarm.engines.base import PrefillParams, PrefillResult, Priority
 from agentwarm.runtime import PrefetchOutcome
 from agentwarm.runtime.admission import admission_for
 
@@ -30,14 +30,14 @@ class CountingEngine(FakeEngine):
         self.peak = 0
         self.speculative = 0
 
-    async def prefill(self, ids: Sequence[int], **kw: Any) -> PrefillResult:
-        if kw.get("priority", Priority.SPECULATIVE) >= Priority.LIVE:
-            return await super().prefill(ids, **kw)
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
+        if params.priority >= Priority.LIVE:
+            return await super().prefill_with(ids, params)
         self.in_flight += 1
         self.speculative += 1
         self.peak = max(self.peak, self.in_flight)
         try:
-            return await super().prefill(ids, **kw)
+            return await super().prefill_with(ids, params)
         finally:
             self.in_flight -= 1
 
