@@ -152,3 +152,50 @@ def test_no_import_cycle(package: nx.DiGraph) -> None:
 def test_no_upward_import(package: nx.DiGraph) -> None:
     found = upward_imports(package)
     assert not found, "imports from a lower layer into a higher one:\n" + "\n".join(found)
+
+
+def package_graph(graph: nx.DiGraph) -> nx.DiGraph:
+    """``graph`` collapsed to the package's parts (``agentwarm.runtime``, ``agentwarm.engines``,
+    ...; a top-level module stands for itself): an edge when any module of one imports any
+    module of the other."""
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    collapsed = nx.DiGraph()
+    collapsed.add_nodes_from(part(m) for m in graph)
+    collapsed.add_edges_from((part(a), part(b)) for a, b in graph.edges if part(a) != part(b))
+    return collapsed
+
+
+def layers(parts: nx.DiGraph, root: Path = ROOT) -> nx.DiGraph:
+    """The subpackages of ``parts`` and ``agentwarm._spec`` (helpers such as ``errors`` and
+    ``_fmt`` left out), with only the edges not implied by others (transitive reduction)."""
+    keep = [p for p in parts if p == "agentwarm._spec" or (root / p.split(".", 1)[-1]).is_dir()]
+    return nx.transitive_reduction(parts.subgraph(keep))
+
+
+def mermaid(graph: nx.DiGraph) -> str:
+    """A Mermaid flowchart of ``graph``'s edges, importer above imported, sorted."""
+    short = {n: n.removeprefix("agentwarm.") for n in graph}
+    lines = ["flowchart TD"]
+    lines += [f"    {short[a]} --> {short[b]}" for a, b in sorted(graph.edges)]
+    return "\n".join(lines)
+
+
+def test_the_package_graph_is_acyclic_and_drawn(package: nx.DiGraph) -> None:
+    parts = package_graph(package)
+    assert nx.is_directed_acyclic_graph(parts), list(nx.simple_cycles(parts))
+    drawn = mermaid(layers(parts)).splitlines()
+    assert drawn[0] == "flowchart TD"
+    # runtime imports engines directly, and through nothing else that imports engines
+    assert "    runtime --> engines" in drawn
+    # cli imports engines too, but also runtime, which imports engines: the edge is implied
+    assert parts.has_edge("agentwarm.cli", "agentwarm.engines")
+    assert "    cli --> engines" not in drawn
+    assert not any(line.startswith("    engines -->") and "runtime" in line for line in drawn)
+    assert not any(line.endswith("--> errors") for line in drawn)
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the layer diagram of docs/ARCHITECTURE.md
+    print(mermaid(layers(package_graph(import_graph()))))
