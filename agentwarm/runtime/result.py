@@ -11,17 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agentwarm._spec import PrefetchKind, PrefetchOutcome
 from agentwarm.runtime.records import PrefetchRecord, StepRecord
 from agentwarm.stats.definitions import summarize_steps
 
 __all__ = ("RunResult", "summarize")
-
-# Thin aliases for runtime/prefetch (and some tests) until they take the enums from
-# agentwarm._spec and the records from agentwarm.runtime.records; not this module's surface.
-Outcome = PrefetchOutcome
-SPECULATIVE = PrefetchKind.SPECULATIVE
-CONFIRMED = PrefetchKind.CONFIRMED
 
 
 @dataclass(slots=True)
