@@ -232,8 +232,7 @@ class LocalEngine(Engine):
             raise InvalidRequest(f"max_tokens must be >= 1, got {params.max_tokens} (use prefill)")
         if params.temperature < 0:
             raise InvalidRequest(f"temperature must be >= 0, got {params.temperature}")
-        checked = self._check_ids(ids)
-        check_context(len(checked), self.max_context, max_tokens=params.max_tokens)
+        checked = self._check_ids(ids, max_tokens=params.max_tokens)
         return Request(
             rid=params.rid,
             kind=RequestKind.GENERATE,
@@ -246,11 +245,13 @@ class LocalEngine(Engine):
             t_submit=t0,
         )
 
-    def _check_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
+    def _check_ids(self, ids: Sequence[int], *, max_tokens: int = 0) -> tuple[int, ...]:
+        """``ids`` as a tuple, checked: not empty, within the context with ``max_tokens`` more
+        (a live request's error then states its max_tokens), inside the vocabulary."""
         out = tuple(int(i) for i in ids)
         if not out:
             raise InvalidRequest("empty prompt: ids must hold at least one token")
-        check_context(len(out), self.max_context)
+        check_context(len(out), self.max_context, max_tokens=max_tokens)
         lo, hi = min(out), max(out)
         if lo < 0 or hi >= self.runner.vocab_size:
             bad = lo if lo < 0 else hi
