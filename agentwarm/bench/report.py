@@ -10,7 +10,7 @@ Definitions (the runtime's, see :mod:`agentwarm.runtime.result`):
   prefetches whose target was not taken; ``useful_tokens`` the rest.
 * ``acceptance_ratio``: speculative prefetches taken / issued (``None`` when none was issued);
   ``branch_hit_rate``: steps whose node had been prefetched / steps with a previous step
-  (``None`` when no prefetch was issued, :mod:`agentwarm.summary`).
+  (``None`` when no prefetch was issued, :mod:`agentwarm.stats.definitions`).
 * ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
   ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
 """

@@ -13,9 +13,6 @@ from agentwarm.runtime.session import WorkflowSession
 from agentwarm.runtime.transcript import Entry, Transcript
 from agentwarm.runtime.workflow import Workflow, WorkflowGraph, load_workflow
 
-#: The old name of :class:`PrefetchOutcome`, kept importable for existing callers.
-Outcome = PrefetchOutcome
-
 __all__ = (
     "Context",
     "Entry",

@@ -26,7 +26,6 @@ tm``; ``tm.AW_STEP_TTFT``, ``tm.step_attributes(...)``).
 
 from __future__ import annotations
 
-from agentwarm._spec import PrefetchOutcome
 from agentwarm.telemetry.attributes import *  # noqa: F403  (re-exported for the library)
 from agentwarm.telemetry.instrumentation import *  # noqa: F403  (re-exported for the library)
 from agentwarm.telemetry.jsonl import JsonlSpanExporter, span_to_dict
@@ -48,7 +47,3 @@ __all__ = (
     "configure",
     "span_to_dict",
 )
-
-#: Every prefill outcome, in :class:`~agentwarm._spec.PrefetchOutcome`'s order. Kept for
-#: ``tests/runtime/test_spans.py`` until it uses ``PrefetchOutcome`` itself.
-PREFILL_OUTCOMES: tuple[PrefetchOutcome, ...] = tuple(PrefetchOutcome)

@@ -4,7 +4,7 @@
 into a :class:`GraphInfo`; the outputs are a rich table (:mod:`~agentwarm.viz.table`), Graphviz
 DOT (:mod:`~agentwarm.viz.dot`), Mermaid flowchart text (:mod:`~agentwarm.viz.mermaid`) and a
 picture, SVG or PNG (:mod:`~agentwarm.viz.draw`: networkx layout, matplotlib drawing). This
-package sits on top: it reads ``graphs`` and ``tracestats``, and nothing below imports it.
+package sits on top: it reads ``graphs`` and ``stats``, and nothing below imports it.
 """
 
 from __future__ import annotations

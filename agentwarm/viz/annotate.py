@@ -49,7 +49,7 @@ class EdgeInfo:
     hits: int = 0
     declared: bool = True
     hit_rate: float | None = None
-    """hits / taken as :attr:`agentwarm.tracestats.EdgeStats.hit_rate` defines it (``None``
+    """hits / taken as :attr:`agentwarm.stats.EdgeStats.hit_rate` defines it (``None``
     when never taken, for START and END edges, and when the traced runs prefetched nothing)."""
 
 

@@ -6,6 +6,7 @@ from opentelemetry.trace import SpanKind
 
 from agentwarm import PrefetchPolicy
 from agentwarm import telemetry as tm
+from agentwarm.runtime import PrefetchKind, PrefetchOutcome
 
 from .conftest import make_branching
 
@@ -52,10 +53,10 @@ async def test_run_emits_workflow_step_llm_and_prefill_spans(engine):
         assert not any(k.startswith("gen_ai.input") for k in s.attributes)  # no content
 
     prefills = by_name["agentwarm.prefill"]
-    spec = [s for s in prefills if s.attributes[tm.AW_PREFILL_KIND] == "speculative"]
+    spec = [s for s in prefills if s.attributes[tm.AW_PREFILL_KIND] == PrefetchKind.SPECULATIVE]
     assert len(spec) == len(result.speculative_prefetches) > 0
     for s in prefills:
-        assert s.attributes[tm.AW_PREFILL_OUTCOME] in tm.PREFILL_OUTCOMES
+        assert s.attributes[tm.AW_PREFILL_OUTCOME] in set(PrefetchOutcome)
         assert not any(k.startswith("gen_ai.") for k in s.attributes if k.startswith("agentwarm"))
         for key in (tm.AW_PREFILL_TARGET, tm.AW_PREFILL_TOKENS, tm.AW_PREFILL_SOURCE):
             assert key in s.attributes

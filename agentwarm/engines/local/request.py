@@ -26,7 +26,7 @@ Future = concurrent.futures.Future[Any] | asyncio.Future[Any]
 """A request's future: a ``concurrent.futures.Future`` (worker thread) or an asyncio one
 (worker on the event loop)."""
 
-Outcome = str | BaseException | None
+RequestEnd = str | BaseException | None
 """How a request ends: ``None`` (prefill done), a finish reason (generate done) or an error."""
 
 
@@ -107,7 +107,7 @@ class Step:
 
 
 def result_of(
-    req: Request, outcome: Outcome, text: Callable[[Sequence[int]], str]
+    req: Request, outcome: RequestEnd, text: Callable[[Sequence[int]], str]
 ) -> PrefillResult | Completion | BaseException:
     """What ``req``'s future resolves with when it ends with ``outcome``: a prefill done or
     aborted is a :class:`PrefillResult`, a finished generate a :class:`Completion` (its text

@@ -53,8 +53,8 @@ from agentwarm.engines.base import Priority
 from agentwarm.engines.local.handover import Handover, run_call
 from agentwarm.engines.local.prefixes import Prefixes
 from agentwarm.engines.local.request import (
-    Outcome,
     Request,
+    RequestEnd,
     RequestKind,
     Step,
     StepEvent,
@@ -121,7 +121,7 @@ class Scheduler(Handover):
         self.step_hook = step_hook
         self.integrity_error: RuntimeError | None = None
         self.eos_token_id = self.steps.eos_token_id
-        self.on_finish: Callable[[Request, Outcome], None] | None = None
+        self.on_finish: Callable[[Request, RequestEnd], None] | None = None
         """Called on the worker when a request leaves (after counting, before its future is
         resolved) with its outcome: ``None`` (prefill done), a finish reason or an error."""
 
@@ -349,7 +349,7 @@ class Scheduler(Handover):
             return
         self.prefixes.unpin(rid)
 
-    def _finish(self, req: Request, outcome: Outcome) -> None:
+    def _finish(self, req: Request, outcome: RequestEnd) -> None:
         """Leave the queue: keep computed KV, unlock, count, resolve the future.
 
         ``outcome`` is ``None`` (prefill done), a finish reason (generate done) or an error;
