@@ -17,7 +17,7 @@ from agentwarm.bench import LAYOUTS, MODES, BenchConfig, profile, run_bench
 from agentwarm.bench.report import BenchReport, require_matplotlib
 from agentwarm.cli._errors import cli_errors
 from agentwarm.engines.base import Engine
-from agentwarm.engines.registry import open_engine
+from agentwarm.engines.registry import EMBEDDED_KINDS, open_engine
 from agentwarm.errors import ConfigError
 from agentwarm.redact import redact_credentials
 
@@ -165,7 +165,7 @@ def _bench(
     if plot is not None:
         require_matplotlib()
     config = _config(prof.config, **changes)
-    is_url = engine not in ("local", "fake")
+    is_url = engine not in EMBEDDED_KINDS
     model_name = model or prof.model
 
     async def factory() -> Engine:
