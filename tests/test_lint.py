@@ -23,3 +23,12 @@ def _ruff() -> list[str]:
 def test_ruff(args: list[str]) -> None:
     proc = subprocess.run([*_ruff(), *args], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy() -> None:
+    """``mypy agentwarm`` passes with the project's settings (pyproject: check_untyped_defs)."""
+    pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[test]')")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "agentwarm"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

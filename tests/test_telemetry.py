@@ -12,9 +12,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
+from agentwarm import START
 from agentwarm import telemetry as tm
-from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.errors import ConfigError
+from agentwarm.runtime import PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.telemetry import attributes, instrumentation, jsonl, names, setup
 
 

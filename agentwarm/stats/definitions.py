@@ -35,7 +35,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
-from agentwarm._spec import PrefetchKind, PrefetchOutcome
+from agentwarm._spec import START, PrefetchKind, PrefetchOutcome
 
 __all__ = (
     "SUMMARY_KEYS",
@@ -91,7 +91,7 @@ S = TypeVar("S", bound=StepLike)
 
 def has_previous(step: StepLike) -> bool:
     """Whether the step had a previous step (it is not a run's first step)."""
-    return not step.from_node.startswith("__")
+    return step.from_node != START
 
 
 def anything_prefetched(steps: Iterable[StepLike], prefills: Iterable[PrefillLike]) -> bool:

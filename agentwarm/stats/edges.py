@@ -59,7 +59,7 @@ class EdgeStats:
         """hits / taken; ``None`` for an edge never taken, for an edge out of ``__start__`` or
         into ``__end__`` (a run's first step has no previous step to prefetch it, END has no
         prompt: not branches), and when nothing was prefetched (prefetching off)."""
-        if not self.taken or self.from_node.startswith("__") or self.to_node == END:
+        if not self.taken or self.from_node == START or self.to_node == END:
             return None
         if not self.prefetching:
             return None

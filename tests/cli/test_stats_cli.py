@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import PrefetchKind, StepOutcome
 from agentwarm.cli import app
+from agentwarm.runtime import PrefetchKind, StepOutcome
 from agentwarm.stats import SUMMARY_KEYS
 
 runner = CliRunner()
@@ -145,7 +145,7 @@ def test_run_then_stats_agree(tmp_path: Path, engine: str) -> None:
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
     assert got["skipped_lines"] == 0 and got["runs"] == 5
-    # One key set (agentwarm.summary.Summary) in both, and the same figures under every key.
+    # One key set (agentwarm.stats.Summary) in both, and the same figures under every key.
     run_only = {"paths", "per_run_branch_hit_rate", "failed_runs"}
     stats_only = {"edges", "files", "skipped_lines"}
     assert set(ran) - run_only == set(got) - stats_only == set(SUMMARY_KEYS)

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import PrefetchKind, StepOutcome
 from agentwarm.cli import app
+from agentwarm.runtime import PrefetchKind, StepOutcome
 from agentwarm.stats import SUMMARY_KEYS
 
 runner = CliRunner()

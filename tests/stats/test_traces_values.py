@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agentwarm import START
 from agentwarm import telemetry as tm
-from agentwarm._spec import START
 from agentwarm.cli import app
 from agentwarm.stats import MAX_COUNT, read_traces
-from tests.test_tracestats import prefill, step
+from tests.stats.test_traces import prefill, step
 
 runner = CliRunner()
 

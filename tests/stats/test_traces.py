@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from agentwarm import START
 from agentwarm import telemetry as tm
-from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.errors import ConfigError
+from agentwarm.runtime import PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.stats import (
     acceptance_ratio,
     branch_hit_rate,
