@@ -5,6 +5,11 @@ Every run and every workflow on one engine shares one :class:`Admission` (see
 worth) and a budget of speculative requests in flight (``max_speculative_in_flight``, and, when
 the engine reports its cache capacity, ``capacity_fraction`` of it in prompt tokens).
 
+The :class:`Admission` owns the counts (the bucket's level, the tickets held); the limits come
+from each run's policy, as a :class:`Limits` value passed with every question
+(:meth:`Admission.bind` gives a run its :class:`RunAdmission`). Runs with different policies on
+one engine share the counts and each is held to its own limits; no run reconfigures another's.
+
 Admission never waits: :meth:`Admission.try_acquire` answers at once. Over the rate, the
 request is refused; over the budget, the in-flight request of the lowest expected value
 (probability) is preempted if it is worth less than the new one (the new request takes its slot
@@ -26,7 +31,7 @@ if TYPE_CHECKING:
     from agentwarm.engines.base import Engine
     from agentwarm.runtime.policy import PrefetchPolicy
 
-__all__ = ("Admission", "Ticket", "admission_for")
+__all__ = ("Admission", "Limits", "RunAdmission", "Ticket", "admission_for")
 
 
 @dataclass(eq=False)
@@ -46,24 +51,39 @@ class Ticket:
     released: bool = False
 
 
-class Admission:
-    """Non-blocking rate limit and in-flight budget of speculative prefills (module doc)."""
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One run's limits on speculation: prefills per second (a burst of one second's worth),
+    requests in flight, and prompt tokens in flight (``None``: no token budget)."""
 
-    def __init__(
-        self,
-        *,
-        rate: float = 64.0,
-        max_in_flight: int = 64,
-        max_tokens: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    rate: float = 64.0
+    max_in_flight: int = 64
+    max_tokens: int | None = None
+
+    @property
+    def burst(self) -> float:
+        return max(1.0, self.rate) if self.rate > 0 else 0.0
+
+    @classmethod
+    def of(cls, policy: PrefetchPolicy, capacity_tokens: int | None) -> Limits:
+        """``policy``'s limits on an engine whose cache holds ``capacity_tokens``."""
+        return cls(
+            rate=policy.max_prefills_per_s,
+            max_in_flight=policy.max_speculative_in_flight,
+            max_tokens=(
+                int(capacity_tokens * policy.capacity_fraction) if capacity_tokens else None
+            ),
+        )
+
+
+class Admission:
+    """Non-blocking rate limit and in-flight budget of speculative prefills (module doc): the
+    counts of one engine, questioned with the caller's :class:`Limits`."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self.rate = rate
-        self.burst = max(1.0, rate) if rate > 0 else 0.0
-        self._level = self.burst
+        self._level: float | None = None  # None: full (the burst of whichever limits ask first)
         self._stamp = clock()
-        self.max_in_flight = max_in_flight
-        self.max_tokens = max_tokens
         self.capacity_tokens: int | None = None
         self.sized = False
         self._held: dict[int, Ticket] = {}
@@ -74,20 +94,20 @@ class Admission:
         self.preempted = 0
         self.peak_in_flight = 0
 
-    def configure(self, policy: PrefetchPolicy) -> None:
-        """Apply ``policy``'s rate and budget (the latest policy on the engine wins)."""
-        if policy.max_prefills_per_s != self.rate:
-            self.rate = policy.max_prefills_per_s
-            self.burst = max(1.0, self.rate) if self.rate > 0 else 0.0
-            self._level = min(self._level, self.burst)
-        self.max_in_flight = policy.max_speculative_in_flight
-        if self.capacity_tokens:
-            self.max_tokens = int(self.capacity_tokens * policy.capacity_fraction)
+    def bind(self, limits: Limits) -> RunAdmission:
+        """This admission, questioned with ``limits`` (one run's view)."""
+        return RunAdmission(self, limits)
 
     def size(self, capacity_tokens: int | None) -> None:
         """The engine's cache capacity (``None``: unbounded), known once per engine."""
         self.capacity_tokens = capacity_tokens
         self.sized = True
+
+    def _refilled(self, limits: Limits, now: float) -> float:
+        level = limits.burst if self._level is None else self._level
+        if limits.rate > 0:
+            level += (now - self._stamp) * limits.rate
+        return min(limits.burst, level)
 
     @property
     def in_flight(self) -> int:
@@ -95,16 +115,13 @@ class Admission:
         that takes over its slot hold one slot)."""
         return self._slots
 
-    def may_admit(self, value: float) -> bool:
+    def may_admit(self, value: float, limits: Limits) -> bool:
         """Whether a request of expected value ``value`` could be admitted now, whatever its
         size: false when the rate is spent or every slot is held by a request worth as much.
         A false answer is counted as a drop (the caller drops the request without rendering
         its prompt); a true one reserves nothing: :meth:`try_acquire` decides."""
-        level = self._level
-        if self.rate > 0:
-            level = min(self.burst, level + (self._clock() - self._stamp) * self.rate)
-        if level >= 1.0:
-            if self._slots < self.max_in_flight:
+        if self._refilled(limits, self._clock()) >= 1.0:
+            if self._slots < limits.max_in_flight:
                 return True
             victim = self._lowest()
             if victim is not None and victim.value < value:
@@ -117,6 +134,7 @@ class Admission:
         *,
         value: float,
         tokens: int,
+        limits: Limits,
         stop: Callable[[], None] | None = None,
         replace: Ticket | None = None,
     ) -> Ticket | None:
@@ -125,8 +143,7 @@ class Admission:
         ``replace`` is a ticket of the caller's own that the new request supersedes (a longer
         prefix of the same prefetch): its slot is handed over, and the caller stops it."""
         now = self._clock()
-        if self.rate > 0:
-            self._level = min(self.burst, self._level + (now - self._stamp) * self.rate)
+        self._level = self._refilled(limits, now)
         self._stamp = now
         if self._level < 1.0:
             self.dropped += 1
@@ -134,9 +151,13 @@ class Admission:
         victim: Ticket | None = None
         if replace is not None and not (replace.released or replace.replaced):
             victim = replace
-        elif self._slots >= self.max_in_flight or not self._fits(tokens):
+        elif self._slots >= limits.max_in_flight or not self._fits(tokens, limits):
             victim = self._lowest()
-            if victim is None or victim.value >= value or not self._fits(tokens - victim.tokens):
+            if (
+                victim is None
+                or victim.value >= value
+                or not self._fits(tokens - victim.tokens, limits)
+            ):
                 self.dropped += 1
                 return None
             self.preempted += 1
@@ -157,8 +178,8 @@ class Admission:
                 victim.stop()
         return ticket
 
-    def _fits(self, tokens: int) -> bool:
-        return self.max_tokens is None or self._tokens + tokens <= self.max_tokens
+    def _fits(self, tokens: int, limits: Limits) -> bool:
+        return limits.max_tokens is None or self._tokens + tokens <= limits.max_tokens
 
     def _lowest(self) -> Ticket | None:
         """The preemptible request of the lowest value (not one already handing over)."""
@@ -181,6 +202,53 @@ class Admission:
             ticket.after.add_done_callback(lambda _: _set(done))
         else:
             _set(done)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAdmission:
+    """An :class:`Admission` questioned with one run's :class:`Limits`: what the prefetcher of
+    that run holds. The counts are the engine's, shared with every other run."""
+
+    admission: Admission
+    limits: Limits
+
+    def may_admit(self, value: float) -> bool:
+        return self.admission.may_admit(value, self.limits)
+
+    def try_acquire(
+        self,
+        *,
+        value: float,
+        tokens: int,
+        stop: Callable[[], None] | None = None,
+        replace: Ticket | None = None,
+    ) -> Ticket | None:
+        return self.admission.try_acquire(
+            value=value, tokens=tokens, limits=self.limits, stop=stop, replace=replace
+        )
+
+    def release(self, ticket: Ticket) -> None:
+        self.admission.release(ticket)
+
+    @property
+    def in_flight(self) -> int:
+        return self.admission.in_flight
+
+    @property
+    def admitted(self) -> int:
+        return self.admission.admitted
+
+    @property
+    def dropped(self) -> int:
+        return self.admission.dropped
+
+    @property
+    def preempted(self) -> int:
+        return self.admission.preempted
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        return self.admission.capacity_tokens
 
 
 def _set(done: asyncio.Future[None]) -> None:

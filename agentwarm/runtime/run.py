@@ -24,7 +24,7 @@ from agentwarm.errors import (
     NodeError,
     WorkflowError,
 )
-from agentwarm.runtime.admission import admission_for
+from agentwarm.runtime.admission import Limits, admission_for
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.node_call import call_node, next_nodes, timed_out
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
@@ -133,7 +133,8 @@ class Run:
                     admission.size((await self.engine.stats()).capacity_tokens)
                 except Exception as exc:
                     log.warning("engine stats unavailable (%s); prefetch budget uncapped", exc)
-            admission.configure(self.policy)
+        # The engine's counts, held to this run's own limits (other runs keep theirs).
+        limits = Limits.of(self.policy, admission.capacity_tokens)
         self.prefetcher = Prefetcher(
             workflow=self.workflow,
             engine=self.engine,
@@ -142,7 +143,7 @@ class Run:
             guardrail=self._guardrail,
             timing=self._timing,
             policy=self.policy,
-            admission=admission,
+            admission=admission.bind(limits),
             run_id=self.run_id,
             namespace=self.namespace,
             capacity_tokens=admission.capacity_tokens,

@@ -14,7 +14,7 @@ import pytest
 from agentwarm import FakeEngine, PrefetchPolicy
 from agentwarm.engines.base import Priority
 from agentwarm.runtime import PrefetchOutcome
-from agentwarm.runtime.admission import Admission, admission_for
+from agentwarm.runtime.admission import Admission, Limits, admission_for
 
 from .conftest import make_branching
 
@@ -33,7 +33,7 @@ def speculative_prefills(engine: FakeEngine) -> list[str]:
 
 async def test_token_bucket_refuses_without_waiting_and_refills_at_the_rate():
     clock = Clock()
-    a = Admission(rate=2.0, max_in_flight=100, clock=clock)
+    a = Admission(clock=clock).bind(Limits(rate=2.0, max_in_flight=100))
     got = [a.try_acquire(value=0.5, tokens=10) for _ in range(3)]
     assert [t is not None for t in got] == [True, True, False]  # a burst of one second's worth
     assert (a.admitted, a.dropped) == (2, 1)
@@ -44,13 +44,13 @@ async def test_token_bucket_refuses_without_waiting_and_refills_at_the_rate():
 
 
 async def test_rate_zero_admits_nothing():
-    a = Admission(rate=0.0, max_in_flight=100, clock=Clock())
+    a = Admission(clock=Clock()).bind(Limits(rate=0.0, max_in_flight=100))
     assert a.try_acquire(value=1.0, tokens=1) is None
     assert (a.admitted, a.dropped, a.in_flight) == (0, 1, 0)
 
 
 async def test_over_budget_the_lowest_value_is_dropped_first():
-    a = Admission(rate=1e6, max_in_flight=2, clock=Clock())
+    a = Admission(clock=Clock()).bind(Limits(rate=1e6, max_in_flight=2))
     stopped: list[str] = []
     low = a.try_acquire(value=0.1, tokens=5, stop=lambda: stopped.append("low"))
     mid = a.try_acquire(value=0.5, tokens=5, stop=lambda: stopped.append("mid"))
@@ -75,15 +75,48 @@ async def test_over_budget_the_lowest_value_is_dropped_first():
 
 
 async def test_token_budget_from_capacity():
-    a = Admission(rate=1e6, max_in_flight=100, clock=Clock())
-    a.size(1000)
-    a.configure(PrefetchPolicy(capacity_fraction=0.5, max_prefills_per_s=1e6))
-    assert a.max_tokens == 500
+    shared = Admission(clock=Clock())
+    shared.size(1000)
+    limits = Limits.of(PrefetchPolicy(capacity_fraction=0.5, max_prefills_per_s=1e6), 1000)
+    assert limits.max_tokens == 500
+    assert Limits.of(PrefetchPolicy(), None).max_tokens is None  # capacity unknown: no cap
+    a = shared.bind(limits)
     first = a.try_acquire(value=0.5, tokens=400)
     assert first is not None
     assert a.try_acquire(value=0.4, tokens=200) is None  # 600 > 500, nothing lower to preempt
     assert a.try_acquire(value=0.6, tokens=200) is not None  # preempts the 400-token one
     assert first.replaced
+
+
+async def test_runs_with_different_policies_share_the_counts_and_keep_their_own_limits():
+    """Each run is held to its own policy's limits against the engine's shared counts; a run
+    starting with another policy changes nothing for the runs already going (it used to
+    reconfigure the shared admission: the latest policy won for every run)."""
+    shared = Admission(clock=Clock())
+    strict = shared.bind(Limits(rate=1e6, max_in_flight=1))
+    loose = shared.bind(Limits(rate=1e6, max_in_flight=3))
+    assert strict.try_acquire(value=0.5, tokens=1) is not None
+    assert not strict.may_admit(0.5)  # its one slot is taken
+    assert loose.try_acquire(value=0.5, tokens=1) is not None
+    assert loose.try_acquire(value=0.5, tokens=1) is not None
+    assert not loose.may_admit(0.5)  # 3 in flight on the engine: its limit too
+    assert strict.try_acquire(value=0.5, tokens=1) is None  # still 1 for the strict run
+    assert (shared.in_flight, shared.admitted, shared.dropped) == (3, 3, 3)
+
+
+async def test_two_policies_on_one_engine_each_get_their_own_rate():
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    wf = make_branching(think_s=0.0)
+    shut = await wf.run(
+        "x", engine=engine, state={"seed": 1}, policy=PrefetchPolicy(max_prefills_per_s=0)
+    )
+    open_ = await wf.run("x", engine=engine, state={"seed": 1}, policy=PrefetchPolicy())
+    again = await wf.run(
+        "x", engine=engine, state={"seed": 1}, policy=PrefetchPolicy(max_prefills_per_s=0)
+    )
+    outcomes = [{p.outcome for p in r.speculative_prefetches} for r in (shut, open_, again)]
+    assert outcomes[0] == outcomes[2] == {PrefetchOutcome.DROPPED}
+    assert PrefetchOutcome.DROPPED not in outcomes[1] and outcomes[1]
 
 
 async def test_admission_is_per_engine_and_released_with_it():

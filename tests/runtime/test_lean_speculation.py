@@ -20,7 +20,7 @@ from agentwarm.engines.base import (
     Priority,
 )
 from agentwarm.runtime import PrefetchKind, PrefetchOutcome
-from agentwarm.runtime.admission import Admission, admission_for
+from agentwarm.runtime.admission import Admission, Limits, admission_for
 from agentwarm.runtime.result import RunResult, summarize
 from agentwarm.runtime.timing import NO_LLM_STEPS, StepTiming
 from tests.waiting import step_prefetches_done, until
@@ -202,14 +202,14 @@ async def test_a_finished_hit_with_the_whole_prefix_needs_no_confirmed_warm_up()
 
 
 async def test_admission_answers_without_reserving_and_counts_its_refusals():
-    a = Admission(rate=1e6, max_in_flight=1)
+    a = Admission().bind(Limits(rate=1e6, max_in_flight=1))
     assert a.may_admit(0.1) and a.may_admit(0.1)  # nothing reserved by asking
     held = a.try_acquire(value=0.5, tokens=10)
     assert held is not None
     assert not a.may_admit(0.5)  # every slot held by one worth as much
     assert a.may_admit(0.6)  # would preempt it
     assert (a.admitted, a.dropped, a.in_flight) == (1, 1, 1)
-    shut = Admission(rate=0.0)
+    shut = Admission().bind(Limits(rate=0.0))
     assert not shut.may_admit(1.0) and shut.dropped == 1
 
 

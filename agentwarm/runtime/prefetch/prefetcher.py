@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentwarm import telemetry as tm
 from agentwarm._spec import END, PrefetchKind, PrefetchOutcome
 from agentwarm.engines.base import Engine, Priority
-from agentwarm.runtime.admission import Admission
+from agentwarm.runtime.admission import RunAdmission
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
 from agentwarm.runtime.prefetch.hints import named_successor
@@ -58,7 +58,7 @@ class Prefetcher:
         guardrail: Guardrail,
         timing: StepTiming,
         policy: PrefetchPolicy,
-        admission: Admission,
+        admission: RunAdmission,
         run_id: str,
         namespace: str,
         capacity_tokens: int | None,

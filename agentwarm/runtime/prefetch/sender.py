@@ -16,7 +16,7 @@ from agentwarm.engines.base import Engine, PrefillResult, Priority, new_rid
 from agentwarm.runtime.prefetch.state import Prefetch, Request
 
 if TYPE_CHECKING:
-    from agentwarm.runtime.admission import Admission
+    from agentwarm.runtime.admission import RunAdmission
 
 __all__ = ("Sender",)
 
@@ -31,7 +31,7 @@ class Sender:
         self,
         *,
         engine: Engine,
-        admission: Admission,
+        admission: RunAdmission,
         namespace: str,
         run_id: str,
         timeout_s: float,
