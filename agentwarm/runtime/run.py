@@ -127,12 +127,11 @@ class Run:
         t0 = time.perf_counter()
         # One admission (rate and budget of speculation) per engine, shared by all its runs.
         admission = admission_for(self.engine)
-        if self.policy.enabled:
-            if not admission.sized:
-                try:
-                    admission.size((await self.engine.stats()).capacity_tokens)
-                except Exception as exc:
-                    log.warning("engine stats unavailable (%s); prefetch budget uncapped", exc)
+        if self.policy.enabled and not admission.sized:
+            try:
+                admission.size((await self.engine.stats()).capacity_tokens)
+            except Exception as exc:
+                log.warning("engine stats unavailable (%s); prefetch budget uncapped", exc)
         # The engine's counts, held to this run's own limits (other runs keep theirs).
         limits = Limits.of(self.policy, admission.capacity_tokens)
         self.prefetcher = Prefetcher(
