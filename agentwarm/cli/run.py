@@ -103,6 +103,8 @@ async def _run_all(
     *,
     engine_spec: str,
     model: str,
+    device: str | None,
+    dtype: str | None,
     policy: PrefetchPolicy,
     state_dir: Path,
     progress: Progress | None,
@@ -114,7 +116,7 @@ async def _run_all(
     timing out, the engine refusing a prompt) is recorded and the batch goes on; an engine that
     is gone stops it."""
     try:
-        engine = await open_engine(engine_spec, model)
+        engine = await open_engine(engine_spec, model, device=device, dtype=dtype)
     except EngineError as exc:  # the engine named by --engine cannot be used: the user's fix
         raise ConfigError(str(exc)) from exc
     async with engine:
@@ -154,6 +156,16 @@ def run(
     model: Annotated[
         str, typer.Option("--model", help="Model preset (tiny, small) or checkpoint dir.")
     ] = "tiny",
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="Local engine: cpu | cuda | cuda:N (default: cpu)."),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype", help="Local engine: float32 | bfloat16 | float16 (default: float32)."
+        ),
+    ] = None,
     no_prefetch: Annotated[
         bool, typer.Option("--no-prefetch", help="Reactive baseline: no speculation.")
     ] = False,
@@ -195,6 +207,8 @@ def run(
                 runs,
                 engine,
                 model,
+                device,
+                dtype,
                 no_prefetch,
                 top_n,
                 step_timeout,
@@ -216,6 +230,8 @@ def _run(
     runs: int | None,
     engine: str,
     model: str,
+    device: str | None,
+    dtype: str | None,
     no_prefetch: bool,
     top_n: int | None,
     step_timeout: float | None,
@@ -258,6 +274,8 @@ def _run(
                     texts,
                     engine_spec=engine,
                     model=model,
+                    device=device,
+                    dtype=dtype,
                     policy=policy,
                     state_dir=sdir,
                     progress=progress,

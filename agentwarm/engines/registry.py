@@ -34,11 +34,16 @@ def build_engine(
     seconds_per_token: float | None = None,
     seconds_per_output_token: float | None = None,
     model_name: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
 ) -> Engine:
-    """The engine ``kind`` names: ``local`` (``model`` = a preset name or a checkpoint directory)
-    or ``fake`` (named ``model_name``, default ``fake-{model}``; the ``seconds_per_*`` options
-    are its costs). An option left ``None`` keeps the engine's default. Call it inside the event
-    loop. Raises :class:`~agentwarm.errors.ConfigError` for any other ``kind``."""
+    """The engine ``kind`` names: ``local`` (``model`` = a preset name or a checkpoint directory,
+    on ``device`` in ``dtype``) or ``fake`` (named ``model_name``, default ``fake-{model}``; the
+    ``seconds_per_*`` options are its costs). An option left ``None`` keeps the engine's
+    default. Call it inside the event loop. Raises :class:`~agentwarm.errors.ConfigError` for
+    any other ``kind``, or for ``device``/``dtype`` given to an engine other than ``local``."""
+    if kind != "local":
+        _local_only(device=device, dtype=dtype)
     if kind == "fake":
         from agentwarm.engines.fake import FakeEngine
 
@@ -55,13 +60,27 @@ def build_engine(
         from agentwarm.engines.local import LocalEngine
 
         return LocalEngine(
-            model, **_given(chunk_size=chunk_size, max_cached_tokens=max_cached_tokens)
+            model,
+            **_given(
+                chunk_size=chunk_size,
+                max_cached_tokens=max_cached_tokens,
+                device=device,
+                dtype=dtype,
+            ),
         )
     raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
 
 
-async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -> Engine:
-    """The engine of ``--engine spec --model model``: ``local`` (with ``chunk_size``), ``fake``
+async def open_engine(
+    spec: str,
+    model: str,
+    *,
+    chunk_size: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+) -> Engine:
+    """The engine of ``--engine spec --model model``: ``local`` (with ``chunk_size``, on
+    ``device`` in ``dtype``: ``--device``/``--dtype``, which no other engine takes), ``fake``
     (its defaults: it ignores ``model`` and ``chunk_size``) or one or more comma-separated
     ``http(s)://`` URLs of SGLang servers / ``agentwarm serve`` (several: a
     :class:`~agentwarm.engines.routing.MultiWorkerEngine`).
@@ -70,7 +89,10 @@ async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -
     before any run starts. Raises :class:`~agentwarm.errors.ConfigError` for a ``spec`` that is
     none of these or a malformed URL."""
     if spec == "local":
-        return build_engine("local", model=model, chunk_size=chunk_size or None)
+        return build_engine(
+            "local", model=model, chunk_size=chunk_size or None, device=device, dtype=dtype
+        )
+    _local_only(device=device, dtype=dtype)
     if spec == "fake":
         return build_engine("fake", model_name="fake")
     urls = [u.strip() for u in spec.split(",") if u.strip()]
@@ -94,6 +116,15 @@ async def open_engine(spec: str, model: str, *, chunk_size: int | None = None) -
         f"--engine {redact_credentials(spec)!r} is not valid: use 'local', 'fake', or the URL of "
         "an SGLang server (http://HOST:PORT, several separated by commas)"
     )
+
+
+def _local_only(**options: str | None) -> None:
+    """Refuse the local engine's placement options (``--device``, ``--dtype``) elsewhere."""
+    given = [f"--{name}" for name, value in options.items() if value is not None]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)}: only the embedded torch engine (--engine local) takes them"
+        )
 
 
 def _given(**options: Any) -> dict[str, Any]:

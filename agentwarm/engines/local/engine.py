@@ -40,7 +40,14 @@ from agentwarm.engines.base import (
     new_rid,
 )
 from agentwarm.engines.local.model import LoadedModel, load_model
-from agentwarm.engines.local.runner import KV, KV_OPS, ModelRunner
+from agentwarm.engines.local.runner import (
+    KV,
+    KV_OPS,
+    ModelRunner,
+    cuda_cache_bytes,
+    resolve_device,
+    resolve_dtype,
+)
 from agentwarm.engines.local.scheduler import Request, RequestKind, Scheduler, StepEvent
 from agentwarm.engines.radix import RadixCache
 from agentwarm.errors import EngineError, InvalidRequest
@@ -63,9 +70,11 @@ def _default_cache_bytes() -> int:
 
 
 DEFAULT_CACHE_BYTES = _default_cache_bytes()
-"""KV bytes the cache may hold when ``max_cached_tokens`` is not given: a quarter of physical
-memory, between 2 and 8 GiB. Agent prompts branch (one transcript under several subagents'
-heads), so a cache that only fits a few of them evicts what speculation just computed."""
+"""KV bytes the cache of an engine off CUDA may hold when neither ``max_cached_tokens`` nor
+``max_cache_bytes`` is given: a quarter of physical memory, between 2 and 8 GiB. Agent prompts
+branch (one transcript under several subagents' heads), so a cache that only fits a few of them
+evicts what speculation just computed. On CUDA the default is half of the GPU memory left once
+the weights are loaded (:func:`~agentwarm.engines.local.runner.cuda_cache_bytes`)."""
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -78,13 +87,18 @@ class LocalEngine(Engine):
     """Embedded engine: ``model`` is a preset (``"tiny"``, ``"small"``), a checkpoint directory
     or an already loaded model (engines may share one; ``device``/``dtype``/``seed`` then unused).
 
-    ``max_cached_tokens`` bounds the radix cache (default: as many tokens as fit in
-    ``max_cache_bytes`` of KV); ``chunk_size`` is the prefill chunk (the preemption and abort
-    granularity); finished speculative prefills stay pinned for ``pin_ttl_s`` seconds. ``seed``
-    seeds preset weights. ``check_integrity_on_idle`` and ``step_hook`` are for tests: the first
-    checks the cache whenever the worker idles, the second sees every step before it runs.
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``) and ``dtype`` (``"float32"``,
+    ``"bfloat16"``, ``"float16"`` or the torch dtype) place the weights, the KV cache and the
+    sampling. ``max_cached_tokens`` bounds the radix cache (default: as many tokens as fit in
+    ``max_cache_bytes`` of KV, whose default is :data:`DEFAULT_CACHE_BYTES` off CUDA and half
+    the GPU memory left after loading on CUDA); ``chunk_size`` is the prefill chunk (the
+    preemption and abort granularity); finished speculative prefills stay pinned for
+    ``pin_ttl_s`` seconds. ``seed`` seeds preset weights. ``check_integrity_on_idle`` and
+    ``step_hook`` are for tests: the first checks the cache whenever the worker idles, the
+    second sees every step before it runs.
 
-    Raises :class:`EngineError` when the model cannot be loaded.
+    Raises :class:`EngineError` when the model cannot be loaded, also when CUDA is asked for
+    and not available; :class:`InvalidRequest` for an unknown ``dtype`` or ``device``.
     """
 
     supports_promotion = True
@@ -96,11 +110,11 @@ class LocalEngine(Engine):
         model: str | Path | LoadedModel = "tiny",
         *,
         max_cached_tokens: int | None = None,
-        max_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_cache_bytes: int | None = None,
         chunk_size: int = 256,
         pin_ttl_s: float = 30.0,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: str | torch.dtype = torch.float32,
         seed: int = 0,
         check_integrity_on_idle: bool = False,
         step_hook: Callable[[StepEvent], None] | None = None,
@@ -112,8 +126,9 @@ class LocalEngine(Engine):
         if isinstance(model, LoadedModel):
             loaded = model
         else:
+            dev, dt = resolve_device(device), resolve_dtype(dtype)
             try:
-                loaded = load_model(model, device=device, dtype=dtype, seed=seed)
+                loaded = load_model(model, device=dev, dtype=dt, seed=seed)
             except EngineError:
                 raise
             except (OSError, RuntimeError, ValueError, TypeError) as exc:
@@ -121,6 +136,11 @@ class LocalEngine(Engine):
         self.runner = ModelRunner(loaded)
         self.model_name = loaded.name
         if max_cached_tokens is None:
+            if max_cache_bytes is None:
+                on_cuda = self.runner.device.type == "cuda"
+                max_cache_bytes = (
+                    cuda_cache_bytes(self.runner.device) if on_cuda else DEFAULT_CACHE_BYTES
+                )
             max_cached_tokens = max_cache_bytes // self.runner.kv_bytes_per_token
         self.cache: RadixCache[KV] = RadixCache(max_cached_tokens, ops=KV_OPS)
         self.scheduler = Scheduler(

@@ -19,6 +19,15 @@ Rules callers keep
   returns ``None`` (speculative prefill needs no logits).
 * If ``extend`` raises, the state is unchanged (KV written past ``length`` is ignored).
 
+Devices and dtypes
+------------------
+The runner works on whatever device and dtype the loaded model has: the KV buffers, the ids and
+positions it feeds the model and the sampling generator are created there, and the logits stay
+there (float32); the only device-to-host transfer per step is the sampled token id.
+:func:`resolve_device` and :func:`resolve_dtype` turn the user's ``device``/``dtype`` options
+(``"cuda"``, ``"bfloat16"``...) into torch objects, failing with the fix when CUDA is asked for
+and not available; :func:`cuda_cache_bytes` is the KV budget a CUDA engine defaults to.
+
 ``KV`` and ``KV_OPS`` are re-exported here, where ``LocalEngine`` imports them.
 """
 
@@ -43,7 +52,86 @@ if TYPE_CHECKING:
     from agentwarm.engines.local.model import LoadedModel
     from agentwarm.engines.tokenizers import Tokenizer
 
-__all__ = ("KV", "KV_OPS", "ModelRunner", "make_generator", "sample")
+__all__ = (
+    "DTYPES",
+    "KV",
+    "KV_OPS",
+    "ModelRunner",
+    "cuda_cache_bytes",
+    "make_generator",
+    "resolve_device",
+    "resolve_dtype",
+    "sample",
+)
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+"""The dtype names ``LocalEngine(dtype=...)`` and ``--dtype`` accept."""
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype named ``dtype`` (a key of :data:`DTYPES` or one of their torch dtypes).
+
+    Raises :class:`~agentwarm.errors.InvalidRequest` for anything else.
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+    elif isinstance(dtype, str) and dtype.lower() in DTYPES:
+        return DTYPES[dtype.lower()]
+    raise InvalidRequest(f"unsupported dtype {dtype!r}: use float32, bfloat16 or float16")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The torch device named ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``...).
+
+    ``"cuda"`` becomes the current CUDA device with its index (``cuda:0``), the device the
+    model's parameters report. Raises :class:`~agentwarm.errors.EngineError` naming the fix
+    when CUDA is asked for and ``torch.cuda.is_available()`` is false or the index is out of
+    range, and :class:`~agentwarm.errors.InvalidRequest` for a malformed name.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"unknown device {device!r}: use cpu, cuda or cuda:N") from exc
+    if dev.type != "cuda":
+        return dev
+    if not torch.cuda.is_available():
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"built for CUDA {torch.version.cuda}"
+        )
+        raise EngineError(
+            f"device {str(device)!r} asked for, but torch.cuda.is_available() is false "
+            f"(torch {torch.__version__}, {build}): install a CUDA build of torch on a machine "
+            "with an NVIDIA GPU and its driver, or use device 'cpu' (--device cpu)"
+        )
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise EngineError(
+            f"device {str(device)!r} asked for, but this machine has {count} CUDA device(s): "
+            f"use cuda:0 to cuda:{count - 1}"
+        )
+    return torch.device("cuda", index)
+
+
+def cuda_cache_bytes(device: torch.device) -> int:
+    """The default KV budget of an engine on CUDA ``device``: half of the GPU memory still
+    available (free per ``torch.cuda.mem_get_info``, plus what this process's allocator holds
+    unused), measured after the weights are loaded. The other half is left for activations,
+    the per-request KV buffers and the copies the cache stores."""
+    free, _total = torch.cuda.mem_get_info(device)
+    spare = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(free + spare, 0) // 2
 
 
 def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator:
@@ -106,9 +194,8 @@ class ModelRunner:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of KV one token takes (all layers, K and V)."""
-        item = torch.empty((), dtype=self.dtype).element_size()
-        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * item
+        """Bytes of KV one token takes (all layers, K and V), by the dtype's element size."""
+        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * self.dtype.itemsize
 
     def check_kv(self, kv: KV) -> None:
         """Raise ``ValueError`` unless ``kv`` has this model's geometry, dtype and device."""

@@ -90,9 +90,15 @@ class TorchSteps(StepRunner):
         self.max_context = runner.max_context
 
     def worker_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Inference mode, and on CUDA the model's device as the thread's current device
+        (kernels and generators that name no index then use the model's GPU)."""
         import torch
 
-        return torch.inference_mode()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        if self.runner.device.type == "cuda":
+            stack.enter_context(torch.cuda.device(self.runner.device))
+        return stack
 
     def new_state(self, req: Request, values: tuple[Any, ...], length: int) -> SequenceState:
         if req.kind is RequestKind.GENERATE and req.generator is None:
