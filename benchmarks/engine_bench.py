@@ -33,9 +33,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+# LocalEngine first: loading it sets OMP_WAIT_POLICY=PASSIVE (unless set), which OpenMP reads
+# only when torch is first imported.
+from agentwarm.engines.local import LocalEngine  # isort: skip
 import torch
 
-from agentwarm.engines.local import LocalEngine
 from agentwarm.engines.local.model import LoadedModel, load_model
 
 __all__ = ("Row", "main", "run")

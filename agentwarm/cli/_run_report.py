@@ -14,7 +14,7 @@ from rich.table import Table
 
 from agentwarm._fmt import NA, ms, pct, plural
 from agentwarm.errors import AgentwarmError, EngineError, EngineUnavailable
-from agentwarm.runtime import RunResult, summarize
+from agentwarm.runtime import RunResult, StepOutcome, summarize
 from agentwarm.runtime.node_call import SYNC_THREAD_PREFIX
 
 __all__ = ("Failure", "interrupted", "render", "report_failures")
@@ -114,7 +114,7 @@ def _render_steps(console: Console, index: int, last: RunResult, prefetch: bool)
         cols = cols[:-2]
     for col in cols:
         steps.add_column(col, justify="left" if col in ("node", "prefetched") else "right")
-    style = {"hit": "green", "miss": "red", "none": "dim"}
+    style = {StepOutcome.HIT: "green", StepOutcome.MISS: "red", StepOutcome.NONE: "dim"}
     for st in last.steps:
         pre = ", ".join(
             f"{p.target} {p.probability:.2f} {p.outcome}" for p in st.prefetches if p.speculative
