@@ -158,12 +158,17 @@ def run(
     ] = "tiny",
     device: Annotated[
         str | None,
-        typer.Option("--device", help="Local engine: cpu | cuda | cuda:N (default: cpu)."),
+        typer.Option(
+            "--device",
+            help="Local engine: cpu | cuda | cuda:N (default: $AGENTWARM_DEVICE or cpu).",
+        ),
     ] = None,
     dtype: Annotated[
         str | None,
         typer.Option(
-            "--dtype", help="Local engine: float32 | bfloat16 | float16 (default: float32)."
+            "--dtype",
+            help="Local engine: float32 | bfloat16 | float16 (default: $AGENTWARM_DTYPE or "
+            "float32).",
         ),
     ] = None,
     no_prefetch: Annotated[

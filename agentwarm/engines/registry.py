@@ -6,12 +6,18 @@
 * :func:`open_engine` — ``local``, ``fake``, or one or more comma-separated ``http(s)://`` URLs
   of SGLang servers / ``agentwarm serve``; what ``agentwarm run`` and ``agentwarm bench`` use.
 
+The local engine's ``device`` and ``dtype`` (``--device``, ``--dtype``) default to the environment
+variables ``AGENTWARM_DEVICE`` and ``AGENTWARM_DTYPE`` when set (else ``cpu``, ``float32``), so
+that every command that builds one (``run``, ``bench``, ``serve``) can be put on a GPU alike
+(``benchmarks/gpu.sh`` does).
+
 Engine modules are imported on first use, so that naming ``fake`` or a URL pulls in neither torch
 nor transformers.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +25,11 @@ from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.redact import redact_credentials
 
-__all__ = ("EMBEDDED_KINDS", "build_engine", "open_engine")
+__all__ = ("DEVICE_ENV", "DTYPE_ENV", "EMBEDDED_KINDS", "build_engine", "open_engine")
+
+#: Environment variables holding the local engine's default device and dtype.
+DEVICE_ENV = "AGENTWARM_DEVICE"
+DTYPE_ENV = "AGENTWARM_DTYPE"
 
 #: The engines that run in this process (the other ``--engine`` values are URLs).
 EMBEDDED_KINDS = ("local", "fake")
@@ -64,8 +74,8 @@ def build_engine(
             **_given(
                 chunk_size=chunk_size,
                 max_cached_tokens=max_cached_tokens,
-                device=device,
-                dtype=dtype,
+                device=device or os.environ.get(DEVICE_ENV) or None,
+                dtype=dtype or os.environ.get(DTYPE_ENV) or None,
             ),
         )
     raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")

@@ -56,6 +56,16 @@ def serve(
     engine: str = typer.Option(
         "local", "--engine", help="local (embedded torch engine) or fake (cost model, for tests)."
     ),
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        help="--engine local: cpu | cuda | cuda:N (default: $AGENTWARM_DEVICE or cpu).",
+    ),
+    dtype: str | None = typer.Option(
+        None,
+        "--dtype",
+        help="--engine local: float32 | bfloat16 | float16 (default: $AGENTWARM_DTYPE or float32).",
+    ),
     fake_seconds_per_token: float | None = typer.Option(
         None, "--fake-seconds-per-token", min=0.0, help="--engine fake: prefill cost per token."
     ),
@@ -77,6 +87,8 @@ def serve(
             max_cached_tokens=max_cached_tokens,
             seconds_per_token=fake_seconds_per_token,
             seconds_per_output_token=fake_seconds_per_output_token,
+            device=device,
+            dtype=dtype,
         )
 
     def ready(url: str) -> None:

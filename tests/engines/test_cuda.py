@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
@@ -210,6 +211,35 @@ async def test_registry_passes_device_and_dtype(monkeypatch: pytest.MonkeyPatch)
         await open_engine("fake", "tiny", device="cuda")
     with pytest.raises(ConfigError, match="--dtype"):
         build_engine("fake", dtype="bfloat16")
+
+
+def test_cli_device_option_without_cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentwarm.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = ["--engine", "local", "--device", "cuda", "--dtype", "bfloat16"]
+    example = str(Path(__file__).parents[2] / "examples" / "support_bot.py")
+    result = CliRunner().invoke(app, ["run", example, "--state-dir", str(tmp_path), *args])
+    assert result.exit_code == 2, result.output
+    assert "torch.cuda.is_available() is false" in result.output
+    result = CliRunner().invoke(app, ["run", example, "--engine", "fake", "--device", "cuda"])
+    assert result.exit_code == 2, result.output
+    assert "--device" in result.output
+
+
+async def test_environment_gives_the_local_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTWARM_DTYPE", "float16")
+    monkeypatch.setenv("AGENTWARM_DEVICE", "cpu")
+    engine = await open_engine("local", "tiny")
+    try:
+        assert isinstance(engine, LocalEngine)
+        assert engine.runner.dtype is torch.float16
+    finally:
+        await engine.aclose()
+    engine = await open_engine("fake", "tiny")  # the environment is no error for other engines
+    await engine.aclose()
 
 
 def test_cuda_budget_is_half_the_available_gpu_memory(monkeypatch: pytest.MonkeyPatch) -> None:
