@@ -44,7 +44,8 @@ class RenderedPrompt:
 
     ``boundaries[i]`` (``i`` = 0..``stable``) is the number of leading ids that hold messages
     before ``i`` and nothing of message ``i`` or later: where message ``i`` starts, or, when the
-    template cannot render ``messages[:i]`` on its own, the last boundary before it.
+    template cannot render ``messages[:i]`` on its own, the last boundary before it
+    (``boundaries[0]`` is 0, even where a template starts every prompt with a BOS).
     ``boundaries[len(messages)]``, when every message is stable, is where the generation prompt
     starts.
     """
