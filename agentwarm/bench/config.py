@@ -24,16 +24,23 @@ class BenchConfig(BaseModel):
     predictor on the training split before the first test episode; it keeps learning online
     either way. ``think`` is a :class:`ThinkTime` spec. ``system_file`` / ``tools_file``
     replace the generated policy and tool schemas.
+
+    ``conversations`` replays real conversations (:mod:`agentwarm.bench.conversations`)
+    instead of ``trajectories``: their system message is the policy and, without
+    ``tools_file``, the ``tools.json`` beside the file (when there is one) gives the schemas.
+    ``max_steps`` replays only the first steps of each test episode (training sees them whole).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     trajectories: Path | None = None
+    conversations: Path | None = None
     system_file: Path | None = None
     tools_file: Path | None = None
     layout: str = "subagent"
     modes: tuple[str, ...] = MODES
     episodes: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
     test_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
     seed: int = 0
     think: str = "lognormal:mean=1.0,sigma=0.5"
@@ -108,7 +115,10 @@ PROFILES: dict[str, Profile] = {
     "quick": Profile(
         name="quick",
         model="tiny",
-        description="tiny preset, 6 short episodes, short think times: a smoke test (CI)",
+        description=(
+            "tiny preset, 6 short episodes (at most 6 steps each), short think times: "
+            "a smoke test (CI)"
+        ),
         noise_note=(
             "quick profile: a smoke test (tiny model, {episodes}); its ratios are noise "
             "and vary from run to run (agentwarm can even 'beat' the oracle) - "
@@ -116,6 +126,7 @@ PROFILES: dict[str, Profile] = {
         ),
         config=BenchConfig(
             episodes=6,
+            max_steps=6,
             think="lognormal:mean=0.15,sigma=0.5",
             sizes=PromptSizes(
                 policy=240,
@@ -130,9 +141,14 @@ PROFILES: dict[str, Profile] = {
     "full": Profile(
         name="full",
         model="small",
-        description="small preset (SmolLM-135M shape), 1-4k-token prompts, seconds of think time",
+        description=(
+            "small preset (SmolLM-135M shape), 6 test episodes of at most 8 steps each, "
+            "1-5k-token prompts, seconds of think time: sized to finish in 30 minutes on "
+            "2 CPU cores, real conversations included"
+        ),
         config=BenchConfig(
-            episodes=12,
+            episodes=6,
+            max_steps=8,
             think="lognormal:mean=4.0,sigma=0.5",
             sizes=PromptSizes(
                 policy=800,

@@ -82,7 +82,8 @@ class ModeRun:
 
     ``engine_stats`` is the engine's counters over the mode (after warm-up), when the engine
     reports them. ``accounted_think_s`` holds, per episode, the think time that was accounted
-    instead of slept (all zeros when every think time was slept).
+    instead of slept (all zeros when every think time was slept). ``peak_rss_mib`` is the
+    process's peak resident set once the mode's engine was released (set by the caller).
     """
 
     mode: str
@@ -92,6 +93,7 @@ class ModeRun:
     engine_stats: dict[str, int] | None = None
     pretrained_transitions: int = 0
     accounted_think_s: list[float] = field(default_factory=list)
+    peak_rss_mib: float | None = None
 
 
 def _delta(before: EngineStats | None, after: EngineStats | None) -> dict[str, int] | None:

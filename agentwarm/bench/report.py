@@ -11,6 +11,8 @@ Definitions (the runtime's, see :mod:`agentwarm.runtime.result`):
 * ``acceptance_ratio``: speculative prefetches taken / issued (``None`` when none was issued);
   ``branch_hit_rate``: steps whose node had been prefetched / steps with a previous step
   (``None`` when no prefetch was issued, :mod:`agentwarm.stats.definitions`).
+* ``peak_rss_mib``: the process's peak resident set (``ru_maxrss``), per mode once its engine
+  was released, and for the whole bench.
 * ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
   ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
 """
@@ -96,6 +98,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
             run.engine_stats["computed_tokens"] if run.engine_stats is not None else None
         ),
         "pretrained_transitions": run.pretrained_transitions,
+        "peak_rss_mib": run.peak_rss_mib,
     }
 
 
@@ -149,6 +152,8 @@ class BenchReport:
     noise_note: str | None = None
     #: One-line remarks on the inputs (e.g. steps replayed without a tool schema).
     notes: list[str] = field(default_factory=list)
+    #: The process's peak resident set over the bench, in MiB (``None``: not known).
+    peak_rss_mib: float | None = None
 
     @classmethod
     def from_runs(
@@ -171,13 +176,15 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON-serializable object: ``modes``, the headline keys, ``config``,
-        ``workload``, ``elapsed_s``, ``noise_note`` (string or null) and ``notes``."""
+        ``workload``, ``elapsed_s``, ``peak_rss_mib``, ``noise_note`` (string or null) and
+        ``notes``."""
         return {
             "modes": self.modes,
             **self.headline,
             "config": self.config,
             "workload": self.workload,
             "elapsed_s": self.elapsed_s,
+            "peak_rss_mib": self.peak_rss_mib,
             "noise_note": self.noise_note,
             "notes": list(self.notes),
         }
@@ -219,7 +226,8 @@ class BenchReport:
             f"gap closed [bold]{_num(h['gap_closed'])}[/] · TTFT speedup vs reactive "
             f"[bold]{_x(h['ttft_speedup_vs_reactive'])}[/] (oracle "
             f"{_x(h['oracle_ttft_speedup_vs_reactive'])}) · makespan speedup "
-            f"{_x(h['makespan_speedup_vs_reactive'])} · {self.elapsed_s:.0f} s"
+            f"{_x(h['makespan_speedup_vs_reactive'])} · {self.elapsed_s:.0f} s · peak RSS "
+            f"{_mib(self.peak_rss_mib)}"
         )
         if self.noise_note:
             console.print(f"[yellow]note:[/] {self.noise_note}", highlight=False)
@@ -257,6 +265,10 @@ class BenchReport:
             raise ConfigError(f"--plot {path}: cannot write it ({exc.strerror})") from exc
         finally:
             plt.close(fig)
+
+
+def _mib(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.0f} MiB"
 
 
 def _ms(v: float | None) -> str:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentwarm._spec import END, NodeSpec
 from agentwarm.bench import prompts
+from agentwarm.bench.conversations import Message, add_message, step_turns
 from agentwarm.bench.inputs import Episode
 from agentwarm.errors import ConfigError
 from agentwarm.graphs import node
@@ -146,6 +147,10 @@ class EpisodeScript:
     Node ``k`` of the run (``len(ctx.path) == k + 1``) returns ``names[k + 1]``. With
     ``sleep_think=False`` the nodes do not wait out their think time (the caller accounts for
     it): only right when nothing could use the engine meanwhile, i.e. without speculation.
+
+    ``turns`` (a replayed real conversation, else empty) holds per node the real messages it
+    adds: node 0 the opening ones (it calls no model), node ``k`` its assistant turn and what
+    followed it; ``opening`` and ``results`` are then unused.
     """
 
     episode: Episode
@@ -154,6 +159,7 @@ class EpisodeScript:
     results: tuple[str, ...]
     think_s: tuple[float, ...]
     sleep_think: bool = True
+    turns: tuple[tuple[Message, ...], ...] = ()
 
     def next_after(self, path_len: int) -> str:
         """The true successor of the ``path_len``-th node of the run."""
@@ -169,7 +175,8 @@ class Workload:
     ``system`` / ``tools`` map each node to its static prompt head (per :data:`LAYOUTS`);
     ``longest`` is the most steps of any episode it was built for (episodes replayed on its
     workflow must not be longer). ``plain_steps`` are the steps the given tool schemas did not
-    cover: replayed without a tool segment.
+    cover: replayed without a tool segment. ``turns`` maps the id of each episode that is a
+    real conversation to its messages grouped per node (:func:`step_turns`).
     """
 
     steps: tuple[str, ...]
@@ -183,6 +190,7 @@ class Workload:
     tools: dict[str, tuple[dict[str, Any], ...]]
     longest: int
     plain_steps: tuple[str, ...] = ()
+    turns: dict[str, tuple[tuple[Message, ...], ...]] = field(default_factory=dict, repr=False)
     _result_tokens: dict[str, int] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -197,12 +205,15 @@ class Workload:
         think: ThinkTime | None = None,
         system_text: str | None = None,
         tool_schemas: Sequence[dict[str, Any]] | None = None,
+        conversations: Mapping[str, Sequence[Message]] | None = None,
     ) -> Workload:
         """Prompts for the step names of ``episodes``, sized in tokens of ``encode``.
 
         ``system_text`` replaces the generated policy; ``tool_schemas`` (OpenAI-style, matched
         to steps by ``function.name``) replace the generated schemas; a step none of them names
-        is a plain step (no tool segment), listed in ``plain_steps``.
+        is a plain step (no tool segment), listed in ``plain_steps``; in the shared layout every
+        node has all of ``tool_schemas``. ``conversations`` maps episode ids to their real
+        messages (without the system message), replayed instead of generated text.
         """
         if layout not in LAYOUTS:
             raise ConfigError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
@@ -220,7 +231,11 @@ class Workload:
         schemas = _match_schemas(steps, tool_schemas, seed, sizes, cpt)
         system: dict[str, str] = {}
         tools: dict[str, tuple[dict[str, Any], ...]] = {}
-        all_tools = tuple(schemas[s] for s in steps if s in schemas)
+        all_tools = (
+            tuple(tool_schemas)
+            if tool_schemas is not None
+            else tuple(schemas[s] for s in steps if s in schemas)
+        )
         for name in (entry, *steps):
             if layout == "shared":
                 system[name], tools[name] = policy, all_tools
@@ -248,6 +263,7 @@ class Workload:
             tools=tools,
             longest=max(len(e.steps) for e in episodes),
             plain_steps=tuple(s for s in steps if s not in schemas),
+            turns={k: tuple(step_turns(v)) for k, v in (conversations or {}).items()},
             _result_tokens=result_tokens,
         )
 
@@ -274,14 +290,17 @@ class Workload:
         """The deterministic replay script of ``episode``."""
         cpt, seed, sizes = self.chars_per_token, self.seed, self.sizes
         names = (self.entry, *episode.steps, END)
+        think_rng = prompts.rng_for(seed, "think", episode.id)
+        think = tuple(self.think.sample(think_rng) for _ in range(len(names) - 1))
+        if episode.id in self.turns:
+            turns = self.turns[episode.id][: len(episode.steps) + 1]
+            return EpisodeScript(episode, names, "", ("",) * (len(names) - 1), think, turns=turns)
         open_n = prompts.rng_for(seed, "opening-size", episode.id).randint(*sizes.opening)
         results: list[str] = [""]
         for i, step in enumerate(episode.steps, start=1):
             rng = prompts.rng_for(seed, "result-jitter", episode.id, i)
             n = max(8, round(self._result_tokens[step] * rng.uniform(0.7, 1.3)))
             results.append(prompts.tool_result_text(seed, episode.id, i, step, n, cpt))
-        think_rng = prompts.rng_for(seed, "think", episode.id)
-        think = tuple(self.think.sample(think_rng) for _ in range(len(names) - 1))
         return EpisodeScript(
             episode=episode,
             names=names,
@@ -333,9 +352,15 @@ async def _replay(ctx: Context) -> str:
     """Replay one step: LLM call, tool result, think time, then the recorded next step."""
     script: EpisodeScript = ctx.state[SCRIPT_KEY]
     k = len(ctx.path) - 1
-    await ctx.llm(script.opening if k == 0 else None)
-    if script.results[k]:
-        ctx.add(script.results[k], role="tool")
+    if script.turns:  # a real conversation: the model reads it, the real turns are added
+        if k > 0:
+            await ctx.llm(record=False)
+        for message in script.turns[k]:
+            add_message(ctx, message)
+    else:
+        await ctx.llm(script.opening if k == 0 else None)
+        if script.results[k]:
+            ctx.add(script.results[k], role="tool")
     if script.sleep_think and script.think_s[k] > 0:
         await asyncio.sleep(script.think_s[k])
     return script.next_after(len(ctx.path))

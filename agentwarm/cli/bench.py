@@ -50,7 +50,12 @@ def _config(base: BenchConfig, **changes: Any) -> BenchConfig:
 
 def bench(
     profile_name: Annotated[
-        str, typer.Option("--profile", help="quick (tiny model, CI smoke test) | full.")
+        str,
+        typer.Option(
+            "--profile",
+            help="quick (tiny model, 6 episodes of <= 6 steps: CI smoke test) | full (small "
+            "model, 6 episodes of <= 8 steps: <= 30 min on 2 cores).",
+        ),
     ] = "quick",
     trajectories: Annotated[
         Path | None,
@@ -59,6 +64,14 @@ def bench(
             "-t",
             help='JSONL of episodes ({"steps": [...]}); default: '
             "the packaged tau2-bench retail step sequences.",
+        ),
+    ] = None,
+    conversations: Annotated[
+        Path | None,
+        typer.Option(
+            "--conversations",
+            help='JSONL of real conversations in OpenAI chat format (a "messages" list per '
+            "line) to replay instead of trajectories; tools.json beside it gives the schemas.",
         ),
     ] = None,
     system: Annotated[
@@ -83,6 +96,10 @@ def bench(
     ] = None,
     episodes: Annotated[
         int | None, typer.Option("--episodes", "-n", min=1, help="Test episodes to replay.")
+    ] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option("--max-steps", min=1, help="Replay the first N steps of each episode."),
     ] = None,
     test_fraction: Annotated[
         float | None, typer.Option("--test-fraction", help="Share of episodes held out.")
@@ -135,10 +152,12 @@ def bench(
             plot=plot,
             changes=dict(
                 trajectories=trajectories,
+                conversations=conversations,
                 system_file=system,
                 tools_file=tools,
                 layout=layout,
                 episodes=episodes,
+                max_steps=max_steps,
                 test_fraction=test_fraction,
                 seed=seed,
                 think=think,

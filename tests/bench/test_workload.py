@@ -181,7 +181,8 @@ def test_given_system_and_tools_are_used_and_steps_without_one_are_plain() -> No
     eps = [Episode("0", ("a", "b"))]
     w = Workload.build(eps, encode=ENC, system_text="POLICY", tool_schemas=tools, layout="shared")
     assert w.system["a"] == "POLICY"
-    assert [t["function"]["name"] for t in w.tools["a"]] == ["a", "b"]
+    # One ReAct agent is given every tool of the file, also those no episode calls.
+    assert [t["function"]["name"] for t in w.tools["a"]] == ["a", "b", "c"]
     plain = Workload.build([Episode("0", ("a", "z"))], encode=ENC, tool_schemas=tools)
     assert plain.plain_steps == ("z",) and plain.tools["z"] == ()
 

@@ -1,0 +1,181 @@
+"""``agentwarm bench --conversations``: real conversations replayed step by step.
+
+Fixtures: ``tests/fixtures/tau_airline`` (tau-bench airline excerpts, see its SOURCE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentwarm.bench import BenchConfig, MeteredEngine, run_bench, split_episodes
+from agentwarm.bench.conversations import load_conversations, step_turns
+from agentwarm.cli import app
+from agentwarm.engines.base import Completion, Engine, GenerateParams
+from agentwarm.engines.fake import FakeEngine
+from agentwarm.errors import ConfigError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tau_airline"
+EXCERPT = FIXTURES / "excerpt" / "conversations.jsonl"
+FULL = FIXTURES / "full_policy" / "conversations.jsonl"
+
+
+def _tool_call_sequence(line: dict) -> list[str]:
+    out = []
+    for m in line["messages"]:
+        if m["role"] == "assistant":
+            calls = m.get("tool_calls") or []
+            out.append(calls[0]["function"]["name"] if calls else "respond")
+    return out
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def test_each_assistant_turn_is_a_step_named_by_its_tool() -> None:
+    convs = load_conversations(EXCERPT)
+    lines = _lines(EXCERPT)
+    assert [list(c.episode.steps) for c in convs] == [_tool_call_sequence(x) for x in lines]
+    assert [list(c.episode.steps) for c in convs] == [x["steps"] for x in lines]
+    assert all(c.system.startswith("# Airline Agent Policy") for c in convs)
+    assert all(m["role"] != "system" for c in convs for m in c.messages)
+    turns = step_turns(convs[0].messages)
+    assert len(turns) == len(convs[0].episode.steps) + 1
+    assert [m["role"] for m in turns[0]] == ["user"]
+    assert all(t[0]["role"] == "assistant" for t in turns[1:])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{}\n", '"messages" list'),
+        ('{"messages": [{"role": "bot", "content": "x"}]}\n', "no role"),
+        ('{"messages": [{"role": "user", "content": 3}]}\n', "content must be"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}\n', "no assistant turn"),
+        (
+            '{"messages": [{"role": "assistant", "content": null, "tool_calls": '
+            '[{"function": {"name": "__end__"}}]}]}\n',
+            "function name",
+        ),
+    ],
+)
+def test_malformed_conversations_are_named(tmp_path: Path, text: str, message: str) -> None:
+    bad = tmp_path / "c.jsonl"
+    bad.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_conversations(bad)
+
+
+class _Capture(MeteredEngine):
+    """Keeps the decoded prompt of every live request."""
+
+    def __init__(self, inner: Engine, prompts: list[str]) -> None:
+        super().__init__(inner)
+        self.prompts = prompts
+
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
+        self.prompts.append(self.decode(ids))
+        return await super().generate_with(ids, params)
+
+
+def _config(layout: str, **extra: object) -> BenchConfig:
+    fields: dict[str, object] = {
+        "conversations": EXCERPT,
+        "layout": layout,
+        "test_fraction": 1.0,
+        "think": "const:0",
+        "modes": ("reactive",),
+    }
+    return BenchConfig.model_validate({**fields, **extra})
+
+
+@pytest.mark.parametrize("layout", ["subagent", "shared"])
+async def test_the_replay_follows_the_conversation_and_prompts_hold_its_real_messages(
+    layout: str,
+) -> None:
+    prompts: list[str] = []
+    config = _config(layout)
+    report = await run_bench(config, lambda: _Capture(FakeEngine(), prompts))
+    convs = {c.episode.id: c for c in load_conversations(EXCERPT)}
+    _, test = split_episodes(
+        [c.episode for c in convs.values()], seed=config.seed, test_fraction=1.0
+    )
+    results = report.runs["reactive"].results
+    steps_per_episode = [[s.node for s in r.steps][1:] for r in results]
+    assert steps_per_episode == [list(e.steps) for e in test]
+    live = iter(prompts[1:])  # prompts[0] is the engine's warm-up
+    for episode in test:
+        conv = convs[episode.id]
+        turns = step_turns(conv.messages)
+        for k in range(1, len(turns)):
+            prompt = next(live)
+            assert conv.system in prompt
+            seen = [m for t in turns[:k] for m in t]  # every real message before turn k
+            at = 0
+            for m in seen:
+                calls = m.get("tool_calls") or []
+                for piece in [m.get("content") or "", *(c["function"]["name"] for c in calls)]:
+                    at = prompt.index(piece, at)  # present, in the conversation's order
+    assert next(live, None) is None
+    assert report.workload["conversations"] is True
+    assert report.workload["test_steps"] == sum(len(e.steps) for e in test)
+
+
+async def test_max_steps_replays_the_first_steps_of_each_conversation() -> None:
+    report = await run_bench(_config("subagent", max_steps=2), FakeEngine)
+    for r in report.runs["reactive"].results:
+        assert len(r.steps) == 1 + 2  # the entry node and two assistant turns
+
+
+async def test_each_mode_engine_is_released_before_the_next_is_made() -> None:
+    made: list[weakref.ref[FakeEngine]] = []
+
+    def factory() -> FakeEngine:
+        assert all(ref() is None for ref in made), "a previous mode's engine is still alive"
+        engine = FakeEngine()
+        made.append(weakref.ref(engine))
+        return engine
+
+    config = _config("subagent", max_steps=2, modes=("cold", "reactive", "agentwarm", "oracle"))
+    report = await run_bench(config, factory)
+    assert len(made) == 4
+    assert report.peak_rss_mib is not None and report.peak_rss_mib > 0
+    assert all(f["peak_rss_mib"] > 0 for f in report.modes.values())
+
+
+def _cli(*args: str) -> dict:
+    result = CliRunner().invoke(app, ["bench", *args, "--json"], env={"AGENTWARM_NO_PROGRESS": "1"})
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("layout", ["subagent", "shared"])
+def test_cli_replays_conversations_on_the_fake_engine(layout: str) -> None:
+    out = _cli(
+        "--engine", "fake", "--conversations", str(EXCERPT), "--layout", layout,
+        "--think", "const:0", "--test-fraction", "1.0",
+    )  # fmt: skip
+    assert out["config"]["conversations"] == str(EXCERPT)
+    assert out["workload"]["conversations"] is True
+    assert out["peak_rss_mib"] > 0
+    oracle = out["modes"]["oracle"]
+    assert oracle["prefetch_hits"] > 0 and oracle["wasted_tokens"] == 0
+    # tools.json beside the file gives two schemas; the other tools are plain steps.
+    assert f"tool schemas from {EXCERPT.parent / 'tools.json'}" in out["notes"]
+    assert any("transfer_to_human_agents" in n and "plain steps" in n for n in out["notes"])
+    assert not any("respond" in n for n in out["notes"])
+
+
+def test_cli_refuses_conversations_with_trajectories(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--engine", "fake", "--conversations", str(EXCERPT), "-t", str(EXCERPT)],
+    )
+    assert result.exit_code != 0
+    assert "--conversations and --trajectories" in result.output
