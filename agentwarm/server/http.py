@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentwarm.errors import EngineError, EngineTimeout, EngineUnavailable, InvalidRequest
-from agentwarm.server.schemas import describe_validation_error
 from agentwarm.server.security import is_json_content_type
 
 __all__ = (
     "HTTPError",
+    "describe_validation_error",
     "engine_error",
     "error_reply",
     "error_response",
@@ -147,3 +147,23 @@ def _too_large(size: int, limit: int) -> HTTPError:
         "(agentwarm serve --max-request-bytes)",
         "PayloadTooLargeError",
     )
+
+
+# --- validation errors: one line for a 400 reply ------------------------------------------------
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``sampling_params.max_new_tokens: Input should be a valid integer``."""
+    lines: list[str] = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
+        lines.append(f"{loc or 'body'}: {error['msg']}")
+    unique = list(dict.fromkeys(lines))
+    return "; ".join(unique[:8]) + (f" (+{len(unique) - 8} more)" if len(unique) > 8 else "")
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and ("[" in part or part in _UNION_TAGS)
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
