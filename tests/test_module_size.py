@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "agentwarm"
+BENCHMARKS = ROOT.parent / "benchmarks"
 LIMIT = 400
 REASON = "Longer than 400 lines because"
 
@@ -33,6 +34,10 @@ def _too_long(root: Path = ROOT) -> list[str]:
 
 def test_no_module_over_the_limit_without_a_reason() -> None:
     assert _too_long() == []
+
+
+def test_no_benchmark_script_over_the_limit_without_a_reason() -> None:
+    assert _too_long(BENCHMARKS) == []
 
 
 def test_the_check_catches_a_long_module_and_accepts_a_stated_reason(tmp_path: Path) -> None:
