@@ -29,12 +29,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import TracebackType
-from typing import final
+from typing import TYPE_CHECKING, Any, final
 
 from opentelemetry.trace import SpanKind
 
 from agentwarm import telemetry as tm
 from agentwarm.errors import ContextLengthExceeded
+
+if TYPE_CHECKING:
+    from agentwarm.chat import ChatTemplate
 
 __all__ = (
     "DEFAULT_MAX_CONTEXT",
@@ -94,6 +97,10 @@ class Completion:
     ``ttft_s`` is measured from the call to the first generated token;
     ``cached_tokens`` of the ``prompt_tokens`` came from the prefix cache.
     ``finish_reason`` is ``"stop"`` (EOS or stop token), ``"length"`` or ``"abort"``.
+    ``tool_calls`` are the tool calls found in ``text`` (OpenAI's ``{"id", "type": "function",
+    "function": {"name", "arguments"}}``): filled by the runtime's ``ctx.llm`` when the engine's
+    chat template belongs to a model family whose call format agentwarm knows
+    (:func:`agentwarm.chat.parse_tool_calls`), else empty. Engines leave it empty.
     """
 
     text: str
@@ -104,6 +111,7 @@ class Completion:
     finish_reason: str
     rid: str = ""
     e2e_s: float = 0.0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def computed_tokens(self) -> int:
@@ -243,6 +251,9 @@ class Engine(ABC):
     #: True when a live request reuses an in-flight speculative prefill of its prefix (so the
     #: runtime need not wait for that prefill before sending the live request).
     supports_promotion: bool = False
+    #: The model's chat template, which the runtime renders prompts with; ``None`` (no template:
+    #: the runtime uses :data:`agentwarm.chat.FALLBACK`). Engines set it from their tokenizer.
+    chat_template: ChatTemplate | None = None
 
     # --- the callers' entry points: build the params, call the params form -------------------
 

@@ -81,10 +81,13 @@ class Context:
         seed: int | None = None,
         record: bool = True,
     ) -> Completion:
-        """Call the model with this node's prompt: ``[system][tools][transcript][text]``.
+        """Call the model with this node's prompt: the messages ``[system][transcript][text]``
+        and the node's tools, rendered with the engine's chat template.
 
         The prompt is rendered prefix-stably (DESIGN §3). With ``record`` (default) ``text`` and
-        the reply are appended to the shared transcript, so later steps see them.
+        the reply are appended to the shared transcript, so later steps see them (the reply as an
+        OpenAI endpoint returns it: the tool calls it made, ``Completion.tool_calls``, apart from
+        its text).
         ``Completion.ttft_s`` is measured from this call (including any wait for this node's
         confirmed warm-up on engines that cannot reuse it in flight).
         """
@@ -97,13 +100,25 @@ class Context:
             record=record,
         )
 
-    def add(self, content: str, *, role: str = "tool") -> None:
+    def add(
+        self,
+        content: str,
+        *,
+        role: str = "tool",
+        tool_call_id: str | None = None,
+        name: str | None = None,
+    ) -> None:
         """Append a message (a tool result, an observation) to the shared transcript.
 
-        The prefetched prefixes of the likely next steps are extended with it at once, so a tool
-        result that arrives while the step waits (a user's reply, a slow tool) is cached too.
+        By default it is a ``tool`` message; ``tool_call_id`` names the call it answers (the
+        ``id`` of one of ``Completion.tool_calls``) and ``name`` the tool, for chat templates
+        that render them. The prefetched prefixes of the likely next steps are extended with it
+        at once, so a tool result that arrives while the step waits (a user's reply, a slow
+        tool) is cached too.
         """
-        self.transcript.add(content, role=role, node=self.node)
+        self.transcript.add(
+            content, role=role, node=self.node, tool_call_id=tool_call_id, name=name
+        )
         grew = functools.partial(self._run.transcript_grew, self._scope)
         try:
             on_loop = asyncio.get_running_loop() is self._loop

@@ -1,80 +1,218 @@
-"""Prefix-stable prompt rendering (DESIGN §3).
+"""A node's prompt: chat messages rendered with the engine's chat template, prefix-stably.
 
-A node's prompt is ``[system][tools][transcript entries...][step text]``. Every segment is
-tokenized on its own and the ids are concatenated, so no BPE merge crosses a segment boundary and
-the ids of a prefix rendered while the previous step runs are an exact prefix of the real
-request's ids. Encodings are cached: static segments per node, transcript entries per entry.
+A node's prompt is the message list ``[system (the node's)] + transcript + [user: the step's
+text]`` with the node's ``tools``, rendered by the engine's chat template
+(:attr:`Engine.chat_template <agentwarm.engines.Engine.chat_template>`, or
+:data:`~agentwarm.chat.FALLBACK`, agentwarm's own format, when it has none) with the generation
+prompt, then encoded.
+
+What a candidate node's prompt is known to start with while the previous step runs — its
+*prefix*, prefetched into the engine's cache — is the rendering of ``[system] + transcript``
+without the generation prompt. Its ids must be a token-exact prefix of the real request's ids
+(DESIGN §3), so both are built from the same pieces, cut where messages start (chat templates
+open a message with a special token, where no BPE merge crosses), as
+:func:`~agentwarm.chat.render_ids` does. Rendering is the costly part, so it is done once per
+piece, not once per message boundary per step:
+
+* :data:`~agentwarm.chat.FALLBACK` renders each message on its own: each transcript message is
+  rendered and encoded once per run, each node's system and tools once.
+* Any other template may look at neighbouring messages, so it is rendered whole — once per
+  node each time the transcript grew, and once per live request — and only the text that grew
+  is encoded. When a rendering does not extend the one before (the template is not
+  prefix-stable), :func:`~agentwarm.chat.render_ids` renders that prompt message by message: it
+  warns once per template and gives the stable prefix, which is all that is prefetched then.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from typing import Any
 
 from agentwarm._spec import NodeSpec
+from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
 from agentwarm.engines.base import Engine
-from agentwarm.runtime.transcript import Entry, Transcript, header
+from agentwarm.errors import ConfigError
+from agentwarm.runtime.transcript import NO_SYSTEM, Transcript
 
-__all__ = ("PromptRenderer", "render_step_text", "render_system", "render_tools")
+__all__ = ("PromptRenderer", "render_system", "render_tools", "step_messages")
 
 
 def render_system(system: str) -> str:
-    return f"<|system|>\n{system}\n" if system else ""
+    """The fallback format's rendering of a system text alone (``""`` for none)."""
+    return FALLBACK.render(system_messages(system), add_generation_prompt=False)
 
 
-def render_tools(tools: tuple[dict[str, object], ...]) -> str:
-    if not tools:
-        return ""
-    lines = [json.dumps(t, sort_keys=True, separators=(",", ":")) for t in tools]
-    return "<|tools|>\n" + "\n".join(lines) + "\n"
+def render_tools(tools: Sequence[dict[str, Any]]) -> str:
+    """The fallback format's rendering of tool schemas alone (``""`` for none)."""
+    return FALLBACK.render([], tools=tools, add_generation_prompt=False)
 
 
-def render_step_text(text: str | None, node: str | None = None) -> list[str]:
-    """Segments of a step's own part of the prompt: the text (as the transcript will record
-    it) and the header of the reply the model is about to write."""
-    segments = list(Entry("user", text, node).segments()) if text else []
-    return [*segments, header("assistant", node)]
+def system_messages(system: str) -> list[Message]:
+    """A node's system text as its prompt's first message (none when empty)."""
+    return [{"role": "system", "content": system}] if system else []
+
+
+def step_messages(text: str | None, node: str) -> list[Message]:
+    """A step's own text as its prompt's last message, as the transcript will record it."""
+    return [{"role": "user", "content": text, "node": node}] if text else []
+
+
+class _Head:
+    """A node's known prefix under a template other than FALLBACK: ``text``, the rendering of
+    ``[system] + transcript[:count]`` without the generation prompt (or of its stable part),
+    and its ``ids``."""
+
+    __slots__ = ("count", "ids", "text")
+
+    def __init__(self) -> None:
+        self.count = -1  # nothing rendered yet
+        self.text = ""
+        self.ids: list[int] = []
 
 
 class PromptRenderer:
-    """Renders node prompts to token ids for one engine and one transcript."""
+    """Renders node prompts to token ids for one engine and one transcript (one run)."""
 
     def __init__(self, engine: Engine, transcript: Transcript) -> None:
-        self._engine = engine
+        self.template: ChatTemplate = engine.chat_template or FALLBACK
+        #: The template's tool-call format (:attr:`ChatTemplate.family`), None when unknown.
+        self.tool_call_family = self.template.family
+        self._encode = engine.encode
         self._transcript = transcript
+        self._messages: list[Message] = []  # the transcript's messages, made once each
+        self._local = self.template is FALLBACK
+        # FALLBACK: ids of each node's system + tools and generation prompt, of each transcript
+        # message, and of the last step text rendered (the transcript records it next).
         self._static: dict[str, list[int]] = {}
-        self._entry_ids: list[list[int]] = []
+        self._generation: dict[str, list[int]] = {}
+        self._message_ids: list[list[int]] = []
+        self._pending: tuple[Message, list[int]] | None = None
+        # Any other template: each node's known prefix, and render_ids' encodings by text.
+        self._heads: dict[str, _Head] = {}
+        self._pieces: dict[str, list[int]] = {}
 
-    def static_ids(self, spec: NodeSpec) -> list[int]:
+    def prefix_ids(self, spec: NodeSpec) -> list[int]:
+        """What is known of ``spec``'s next prompt now: ``[system] + transcript`` rendered
+        without the generation prompt (its stable part); a prefix of :meth:`prompt_ids`."""
+        if self._local:
+            return self._static_ids(spec) + self._transcript_ids()
+        return list(self._head(spec).ids)
+
+    def prompt_ids(self, spec: NodeSpec, text: str | None) -> list[int]:
+        """The ids of ``spec``'s live request with the step text ``text``.
+
+        Raises :class:`~agentwarm.errors.ConfigError` when the template cannot render it."""
+        step = step_messages(text, spec.name)
+        if self._local:
+            ids = self.prefix_ids(spec)
+            for message in step:
+                self._pending = (message, self._encode(self._fallback([message])))
+                ids += self._pending[1]
+            return ids + self._generation_ids(spec.name)
+        head = self._head(spec)
+        messages = [*system_messages(spec.system), *self._messages, *step]
+        full = self._render(spec, messages, add_generation_prompt=True)
+        if full.startswith(head.text):
+            return head.ids + self._encode(full[len(head.text) :])
+        return self._by_message(spec, messages, add_generation_prompt=True)[1]
+
+    # --- FALLBACK: every message rendered on its own ----------------------------------------
+
+    def _fallback(
+        self, messages: list[Message], *, add_generation_prompt: bool = False, node: str = ""
+    ) -> str:
+        """``messages`` rendered as transcript messages (after an empty system message)."""
+        return FALLBACK.render(
+            [NO_SYSTEM, *messages], add_generation_prompt=add_generation_prompt, node=node
+        )
+
+    def _static_ids(self, spec: NodeSpec) -> list[int]:
         ids = self._static.get(spec.name)
         if ids is None:
-            ids = []
-            segments = (render_system(spec.system), render_tools(spec.tools))
-            ids = self._encode([s for s in segments if s])
-            self._static[spec.name] = ids
+            messages = system_messages(spec.system)
+            text = self._render(spec, messages) if messages or spec.tools else ""
+            ids = self._static[spec.name] = self._encode(text)
         return ids
 
-    def transcript_ids(self, upto: int | None = None) -> list[int]:
-        """Ids of the first ``upto`` transcript entries (all when ``None``)."""
-        entries = self._transcript.entries
-        n = len(entries) if upto is None else upto
-        while len(self._entry_ids) < n:
-            entry = entries[len(self._entry_ids)]
-            self._entry_ids.append(self._encode(entry.segments()))
+    def _generation_ids(self, node: str) -> list[int]:
+        ids = self._generation.get(node)
+        if ids is None:
+            text = self._fallback([], add_generation_prompt=True, node=node)
+            ids = self._generation[node] = self._encode(text)
+        return ids
+
+    def _transcript_ids(self) -> list[int]:
+        self._sync_messages()
+        while len(self._message_ids) < len(self._messages):
+            message = self._messages[len(self._message_ids)]
+            pending, self._pending = self._pending, None
+            if pending is not None and pending[0] == message:  # the step's text, recorded
+                self._message_ids.append(pending[1])
+            else:
+                self._message_ids.append(self._encode(self._fallback([message])))
         out: list[int] = []
-        for ids in self._entry_ids[:n]:
+        for ids in self._message_ids:
             out.extend(ids)
         return out
 
-    def prefix_ids(self, spec: NodeSpec, upto: int | None = None) -> list[int]:
-        """What is known of ``spec``'s next prompt now: static head + transcript so far."""
-        return self.static_ids(spec) + self.transcript_ids(upto)
+    # --- any other template: rendered whole, encoded where it grew --------------------------
 
-    def prompt_ids(self, spec: NodeSpec, text: str | None) -> list[int]:
-        return self.prefix_ids(spec) + self._encode(render_step_text(text, spec.name))
+    def _head(self, spec: NodeSpec) -> _Head:
+        """``spec``'s known prefix, brought up to the transcript's length."""
+        self._sync_messages()
+        head = self._heads.get(spec.name)
+        if head is None:
+            head = self._heads[spec.name] = _Head()
+        if head.count == len(self._messages):
+            return head
+        head.count = len(self._messages)
+        messages = [*system_messages(spec.system), *self._messages]
+        if not messages:
+            return head
+        try:
+            text = self._render(spec, messages)
+        except ConfigError:  # e.g. a template that wants a user message first: nothing known
+            return head
+        if text.startswith(head.text):
+            head.ids += self._encode(text[len(head.text) :])
+            head.text = text
+        else:
+            head.text, head.ids = self._by_message(spec, messages)
+        return head
 
-    def _encode(self, segments: Sequence[str]) -> list[int]:
-        ids: list[int] = []
-        for segment in segments:
-            ids.extend(self._engine.encode(segment))
-        return ids
+    def _by_message(
+        self, spec: NodeSpec, messages: list[Message], *, add_generation_prompt: bool = False
+    ) -> tuple[str, list[int]]:
+        """A rendering that did not extend the node's prefix, redone message by message
+        (:func:`~agentwarm.chat.render_ids`, which warns): the text and ids of its stable
+        prefix, or the whole prompt's ids with ``add_generation_prompt``."""
+        rendered = render_ids(
+            self.template,
+            self._encode,
+            messages,
+            tools=spec.tools or None,
+            add_generation_prompt=add_generation_prompt,
+            cache=self._pieces,
+        )
+        if add_generation_prompt:
+            return rendered.text, rendered.ids
+        stable = messages[: rendered.stable]
+        text = self._render(spec, stable) if stable else ""
+        return text, rendered.prefix_ids
+
+    # --- shared -----------------------------------------------------------------------------
+
+    def _sync_messages(self) -> None:
+        transcript, messages = self._transcript, self._messages
+        while len(messages) < len(transcript):
+            messages.append(transcript[len(messages)].message())
+
+    def _render(
+        self, spec: NodeSpec, messages: list[Message], *, add_generation_prompt: bool = False
+    ) -> str:
+        return self.template.render(
+            messages,
+            tools=spec.tools or None,
+            add_generation_prompt=add_generation_prompt,
+            node=spec.name,
+        )

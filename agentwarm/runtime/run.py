@@ -7,6 +7,7 @@ Node functions reach their run only through :class:`~agentwarm.runtime.context.R
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Coroutine
@@ -16,6 +17,7 @@ from opentelemetry import trace
 
 from agentwarm import telemetry as tm
 from agentwarm._spec import END, START
+from agentwarm.chat import split_tool_calls
 from agentwarm.engines.base import Completion, Engine, Priority, new_rid
 from agentwarm.errors import (
     ContextLengthExceeded,
@@ -304,8 +306,10 @@ class Run:
         record: bool,
     ) -> Completion:
         """One live LLM call of the step ``scope`` (:meth:`Context.llm <agentwarm.Context.llm>`):
-        render the node's prompt, wait for its warm-up where needed, generate, record the step's
-        first-call figures, append the exchange to the transcript, refresh the prefetches."""
+        render the node's prompt, wait for its warm-up where needed, generate, read the tool
+        calls of the reply (when the engine's chat template names a known format), record the
+        step's first-call figures, append the exchange to the transcript, refresh the
+        prefetches."""
         spec, step_record = scope.spec, scope.step_record
         t0 = time.perf_counter()
         first = step_record.llm_calls == 0
@@ -365,10 +369,19 @@ class Run:
             step_record.prompt_tokens = completion.prompt_tokens
             step_record.cached_tokens = completion.cached_tokens
             self.instruments.record_ttft(self.workflow.name, ttft, step_record.outcome)
+        content = completion.text
+        family = self.renderer.tool_call_family
+        if family is not None:
+            content, calls = split_tool_calls(completion.text, family)
+            if calls:
+                completion = dataclasses.replace(completion, tool_calls=calls)
         if record:
             if text:
                 self.transcript.add(text, role="user", node=spec.name)
-            self.transcript.add(completion.text, role="assistant", node=spec.name)
+            # As an OpenAI endpoint returns it: the calls apart, the text without them.
+            self.transcript.add(
+                content, role="assistant", node=spec.name, tool_calls=completion.tool_calls
+            )
         self.prefetcher.refresh(scope, completion.text)
         return completion
 

@@ -1,33 +1,45 @@
-"""The shared, append-only transcript of a workflow run."""
+"""The shared, append-only transcript of a workflow run, as chat messages."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ("Entry", "Transcript", "header")
+from agentwarm.chat import FALLBACK, Message
+
+__all__ = ("Entry", "Transcript")
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One transcript message. ``node`` is the step that added it."""
+    """One transcript message. ``node`` is the step that added it.
+
+    ``tool_calls`` are the calls an assistant message made (OpenAI's ``{"id", "type":
+    "function", "function": {"name", "arguments"}}``); ``tool_call_id`` is the call a ``tool``
+    message answers and ``name`` the tool's name (both optional, as in OpenAI's messages).
+    """
 
     role: str
     content: str
     node: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
 
-    def segments(self) -> tuple[str, str]:
-        """Header and body, tokenized separately: a prompt that ends with a header (the model
-        is about to write the body) stays a prefix of the transcript once the body is added."""
-        return header(self.role, self.node), f"{self.content}\n"
-
-    def render(self) -> str:
-        return "".join(self.segments())
-
-
-def header(role: str, node: str | None = None) -> str:
-    who = f" {node}" if node else ""
-    return f"<|{role}{who}|>\n"
+    def message(self) -> Message:
+        """The entry as a chat message; ``"node"`` (the node that added it) is agentwarm's own
+        key, which chat templates ignore and :data:`~agentwarm.chat.FALLBACK` shows."""
+        out: Message = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [dict(call) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.node is not None:
+            out["node"] = self.node
+        return out
 
 
 class Transcript:
@@ -40,14 +52,34 @@ class Transcript:
     def __init__(self) -> None:
         self._entries: list[Entry] = []
 
-    def add(self, content: str, *, role: str = "user", node: str | None = None) -> Entry:
-        entry = Entry(role=role, content=content, node=node)
+    def add(
+        self,
+        content: str,
+        *,
+        role: str = "user",
+        node: str | None = None,
+        tool_calls: Sequence[dict[str, Any]] = (),
+        tool_call_id: str | None = None,
+        name: str | None = None,
+    ) -> Entry:
+        entry = Entry(
+            role=role,
+            content=content,
+            node=node,
+            tool_calls=tuple(tool_calls),
+            tool_call_id=tool_call_id,
+            name=name,
+        )
         self._entries.append(entry)
         return entry
 
     @property
     def entries(self) -> tuple[Entry, ...]:
         return tuple(self._entries)
+
+    def messages(self) -> list[Message]:
+        """The transcript as chat messages (new dicts: changing them changes nothing here)."""
+        return [e.message() for e in self._entries]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -59,4 +91,11 @@ class Transcript:
         return self._entries[index]
 
     def text(self) -> str:
-        return "".join(e.render() for e in self._entries)
+        """The transcript in agentwarm's plain format (:data:`~agentwarm.chat.FALLBACK`)."""
+        return FALLBACK.render([NO_SYSTEM, *self.messages()], add_generation_prompt=False)
+
+
+#: An empty system message: :data:`~agentwarm.chat.FALLBACK` renders nothing for it, so the
+#: messages after it render as transcript messages (a leading system message would render as a
+#: node's system text, without its node).
+NO_SYSTEM: Message = {"role": "system", "content": ""}
