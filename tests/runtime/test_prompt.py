@@ -21,9 +21,9 @@ from agentwarm import END, Context, FakeEngine, WorkflowGraph, node
 from agentwarm.chat import QWEN2_5 as QWEN
 from agentwarm.chat import ChatTemplate, PrefixUnstableWarning
 from agentwarm.engines import Completion, GenerateParams, PrefillParams, PrefillResult
-from agentwarm.engines.tokenizers import QwenTokenizer
 from agentwarm.runtime.prompt import PromptRenderer
 from agentwarm.runtime.transcript import Transcript
+from tests.chat.families import FAMILIES
 from tests.waiting import step_prefetches_done
 
 #: A small ChatML template with tools in the system turn (written for this test).
@@ -60,13 +60,13 @@ class TemplateEngine(FakeEngine):
     def __init__(self, template: ChatTemplate, replies: Sequence[str] = ()) -> None:
         super().__init__(seconds_per_token=1e-6, seconds_per_output_token=1e-5)
         self.chat_template = template
-        self.tokenizer = QwenTokenizer()
+        self.qwen_encode = FAMILIES["qwen2_5"].encode  # Qwen's BPE with ChatML's tokens
         self.replies = list(replies)
         self.live: list[list[int]] = []
         self.prefills: list[list[int]] = []
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text)
+        return self.qwen_encode(text)
 
     async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         self.prefills.append(list(ids))
