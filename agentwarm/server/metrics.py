@@ -43,19 +43,20 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agentwarm.engines.base import EngineStats
+from agentwarm.engines.sglang.protocol import MetricName
 
 __all__ = ("ServerMetrics",)
 
 _LABELS = ("model_name",)
 
 _COUNTERS: dict[str, str] = {
-    "sglang:num_requests_total": "Number of requests processed.",
-    "sglang:prompt_tokens_total": "Number of prefill tokens processed.",
-    "sglang:cached_tokens_total": "Number of cached prompt tokens.",
-    "sglang:generation_tokens_total": "Number of generation tokens processed.",
-    "sglang:num_aborted_requests_total": "Number of requests aborted.",
-    "agentwarm:prefill_requests_total": "Number of prefill-only requests processed.",
-    "agentwarm:computed_tokens_total": "Number of prompt tokens computed (not cached).",
+    MetricName.REQUESTS: "Number of requests processed.",
+    MetricName.PROMPT_TOKENS: "Number of prefill tokens processed.",
+    MetricName.CACHED_TOKENS: "Number of cached prompt tokens.",
+    MetricName.GENERATION_TOKENS: "Number of generation tokens processed.",
+    MetricName.ABORTED_REQUESTS: "Number of requests aborted.",
+    MetricName.PREFILL_REQUESTS: "Number of prefill-only requests processed.",
+    MetricName.COMPUTED_TOKENS: "Number of prompt tokens computed (not cached).",
 }
 
 
@@ -87,15 +88,13 @@ class ServerMetrics:
         prefill_only: bool,
     ) -> None:
         c = self.counters
-        c["sglang:num_requests_total"] += 1
-        c["sglang:prompt_tokens_total"] += (
-            cached_tokens + computed_tokens if aborted else prompt_tokens
-        )
-        c["sglang:cached_tokens_total"] += cached_tokens
-        c["sglang:generation_tokens_total"] += generation_tokens
-        c["sglang:num_aborted_requests_total"] += aborted
-        c["agentwarm:prefill_requests_total"] += prefill_only
-        c["agentwarm:computed_tokens_total"] += computed_tokens
+        c[MetricName.REQUESTS] += 1
+        c[MetricName.PROMPT_TOKENS] += cached_tokens + computed_tokens if aborted else prompt_tokens
+        c[MetricName.CACHED_TOKENS] += cached_tokens
+        c[MetricName.GENERATION_TOKENS] += generation_tokens
+        c[MetricName.ABORTED_REQUESTS] += aborted
+        c[MetricName.PREFILL_REQUESTS] += prefill_only
+        c[MetricName.COMPUTED_TOKENS] += computed_tokens
 
     def render(self, stats: EngineStats | None, running: int) -> bytes:
         """The exposition (:attr:`content_type`); ``stats`` is ``None`` when the engine could
@@ -112,36 +111,39 @@ class ServerMetrics:
         for name, doc in _COUNTERS.items():
             yield self._family(CounterMetricFamily, name, doc, self.counters[name])
         yield self._family(
-            GaugeMetricFamily, "sglang:num_running_reqs", "The number of running requests.", running
+            GaugeMetricFamily,
+            MetricName.RUNNING_REQUESTS,
+            "The number of running requests.",
+            running,
         )
         if stats is None:
             return
         if stats.capacity_tokens is not None:
             yield self._family(
                 GaugeMetricFamily,
-                "sglang:max_total_num_tokens",
+                MetricName.MAX_TOTAL_TOKENS,
                 "Maximum total number of tokens in the KV cache pool.",
                 stats.capacity_tokens,
             )
         yield self._family(
             GaugeMetricFamily,
-            "sglang:num_used_tokens",
+            MetricName.USED_TOKENS,
             "The number of used tokens.",
             stats.cached_tokens,
         )
         rate = stats.hit_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0
         yield self._family(
-            GaugeMetricFamily, "sglang:cache_hit_rate", "The prefix cache hit rate.", rate
+            GaugeMetricFamily, MetricName.CACHE_HIT_RATE, "The prefix cache hit rate.", rate
         )
         yield self._family(
             GaugeMetricFamily,
-            "agentwarm:cache_tokens",
+            MetricName.CACHE_TOKENS,
             "Tokens held in the prefix cache.",
             stats.cached_tokens,
         )
         yield self._family(
             CounterMetricFamily,
-            "agentwarm:evicted_tokens_total",
+            MetricName.EVICTED_TOKENS,
             "Tokens evicted from the prefix cache.",
             stats.evicted_tokens,
         )

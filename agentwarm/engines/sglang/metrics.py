@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentwarm.engines.base import Completion, EngineStats, PrefillResult, PrefillStatus
-from agentwarm.engines.sglang.protocol import MetaInfo, finish_type, token_counts
+from agentwarm.engines.sglang.protocol import MetaInfo, MetricName, finish_type, token_counts
 
 __all__ = ("ClientCounters", "parse_metrics", "stats_from_metrics")
 
@@ -39,22 +39,22 @@ def parse_metrics(text: str) -> dict[str, float]:
 def stats_from_metrics(metrics: Mapping[str, float]) -> EngineStats | None:
     """The :class:`EngineStats` in parsed ``/metrics``, or ``None`` when it has no request count
     (metrics off, or not an SGLang server)."""
-    if "sglang:num_requests_total" not in metrics:
+    if MetricName.REQUESTS not in metrics:
         return None
-    prompt = int(metrics.get("sglang:prompt_tokens_total", 0))
-    hit = int(metrics.get("sglang:cached_tokens_total", 0))
-    capacity = metrics.get("sglang:max_total_num_tokens")
+    prompt = int(metrics.get(MetricName.PROMPT_TOKENS, 0))
+    hit = int(metrics.get(MetricName.CACHED_TOKENS, 0))
+    capacity = metrics.get(MetricName.MAX_TOTAL_TOKENS)
     return EngineStats(
         cached_tokens=int(
-            metrics.get("agentwarm:cache_tokens", metrics.get("sglang:num_used_tokens", 0))
+            metrics.get(MetricName.CACHE_TOKENS, metrics.get(MetricName.USED_TOKENS, 0))
         ),
         capacity_tokens=int(capacity) if capacity else None,
-        evicted_tokens=int(metrics.get("agentwarm:evicted_tokens_total", 0)),
+        evicted_tokens=int(metrics.get(MetricName.EVICTED_TOKENS, 0)),
         hit_tokens=hit,
         prompt_tokens=prompt,
-        computed_tokens=int(metrics.get("agentwarm:computed_tokens_total", prompt - hit)),
-        requests=int(metrics["sglang:num_requests_total"]),
-        aborted=int(metrics.get("sglang:num_aborted_requests_total", 0)),
+        computed_tokens=int(metrics.get(MetricName.COMPUTED_TOKENS, prompt - hit)),
+        requests=int(metrics[MetricName.REQUESTS]),
+        aborted=int(metrics.get(MetricName.ABORTED_REQUESTS, 0)),
     )
 
 

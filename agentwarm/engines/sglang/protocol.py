@@ -31,6 +31,7 @@ leniently by the functions below whatever fields an SGLang version adds or leave
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from enum import StrEnum
 from typing import Annotated, Any, Required, TypedDict, cast
 
 from pydantic import (
@@ -58,6 +59,7 @@ __all__ = (
     "GenerateReply",
     "GenerateRequest",
     "MetaInfo",
+    "MetricName",
     "SamplingParams",
     "Text",
     "TokenizeRequest",
@@ -109,6 +111,38 @@ def _usable_temperature(value: float) -> float:
 
 
 # ---------------------------------------------------------------------- requests
+
+
+class MetricName(StrEnum):
+    """The Prometheus names on ``/metrics`` that the client reads and ``agentwarm serve`` writes:
+    SGLang's own (``sglang:``) and agentwarm's additions (``agentwarm:``)."""
+
+    REQUESTS = "sglang:num_requests_total"
+    """Requests finished (SGLang's own name)."""
+    PROMPT_TOKENS = "sglang:prompt_tokens_total"
+    """Prompt tokens of finished requests."""
+    CACHED_TOKENS = "sglang:cached_tokens_total"
+    """Prompt tokens served from the prefix cache."""
+    GENERATION_TOKENS = "sglang:generation_tokens_total"
+    """Tokens generated."""
+    ABORTED_REQUESTS = "sglang:num_aborted_requests_total"
+    """Requests aborted."""
+    MAX_TOTAL_TOKENS = "sglang:max_total_num_tokens"
+    """KV cache capacity in tokens (a gauge)."""
+    USED_TOKENS = "sglang:num_used_tokens"
+    """KV cache tokens in use (a gauge)."""
+    RUNNING_REQUESTS = "sglang:num_running_reqs"
+    """Requests running (a gauge)."""
+    CACHE_HIT_RATE = "sglang:cache_hit_rate"
+    """Cached / prompt tokens (a gauge)."""
+    PREFILL_REQUESTS = "agentwarm:prefill_requests_total"
+    """agentwarm: prefill-only requests."""
+    COMPUTED_TOKENS = "agentwarm:computed_tokens_total"
+    """agentwarm: prompt tokens computed (not cached)."""
+    CACHE_TOKENS = "agentwarm:cache_tokens"
+    """agentwarm: tokens held by the radix cache (a gauge)."""
+    EVICTED_TOKENS = "agentwarm:evicted_tokens_total"
+    """agentwarm: tokens evicted from the cache."""
 
 
 class SamplingParams(BaseModel):
