@@ -19,12 +19,14 @@ the message (once per template name). A ``messages[:k]`` the template refuses to
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import warnings
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentwarm.chat.memo import NOT_RENDERED, PrefixMemo, utf8
 from agentwarm.chat.template import ChatTemplate, Message, Tool
 from agentwarm.errors import ConfigError
 
@@ -64,6 +66,7 @@ class RenderedPrompt:
         return self.ids[: self.boundaries[-1]]
 
 
+_MEMO = PrefixMemo()
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
@@ -110,7 +113,6 @@ def render_ids(
     full = template.render(
         messages, tools=tools, add_generation_prompt=add_generation_prompt, **variables
     )
-
     goes_on = _render_or_none(template, [*messages, *then], tools, variables) if then else None
 
     def encoded(piece: str) -> list[int]:
@@ -121,23 +123,42 @@ def render_ids(
             ids = cache[piece] = list(encode(piece))
         return ids
 
+    def extends(length: int) -> bool:
+        """Whether ``full[:length]`` extends the stable prefix and is kept by ``then``."""
+        fits = done <= length <= len(full)
+        return fits and (goes_on is None or goes_on[:length] == full[:length])
+
+    keys = _MEMO.keys(template, tools, variables, messages)
     ids: list[int] = []
     boundaries = [0]
-    done = ""  # the rendering of the stable messages so far: a prefix of ``full``
+    done = 0  # the stable messages render as full[:done]
+    hashed = hashlib.sha1(usedforsecurity=False)  # over full[:done]
     stable = 0
     for k in range(1, len(messages) + 1):
-        text = _render_or_none(template, messages[:k], tools, variables)
-        if text is None:
+        known = _MEMO.get(keys[k])
+        if known == NOT_RENDERED:
             continue  # not a boundary: the next messages[:k] that renders is
-        kept = goes_on is None or goes_on.startswith(text)
-        if not (text.startswith(done) and full.startswith(text) and kept):
-            _warn_once(template, stable, messages[stable])
-            break
-        ids.extend(encoded(text[len(done) :]))
+        end = None
+        if isinstance(known, tuple) and extends(known[0]):
+            candidate = hashed.copy()
+            candidate.update(utf8(full[done : known[0]]))
+            if candidate.digest() == known[1]:
+                end, hashed = known[0], candidate
+        if end is None:  # not known, or not what is known: render it
+            text = _render_or_none(template, messages[:k], tools, variables)
+            _MEMO.put(keys[k], text)
+            if text is None:
+                continue
+            if not (extends(len(text)) and full.startswith(text)):
+                _warn_once(template, stable, messages[stable])
+                break
+            end = len(text)
+            hashed.update(utf8(full[done:end]))
+        ids.extend(encoded(full[done:end]))
         boundaries.extend([boundaries[-1]] * (k - 1 - stable))
         boundaries.append(len(ids))
-        done, stable = text, k
-    ids.extend(encoded(full[len(done) :]))
+        done, stable = end, k
+    ids.extend(encoded(full[done:]))
     return RenderedPrompt(text=full, ids=ids, boundaries=boundaries, stable=stable)
 
 

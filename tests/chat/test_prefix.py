@@ -150,3 +150,19 @@ def test_the_cache_holds_the_pieces() -> None:
     assert second.ids == family.encode(second.text)
     # only the new message was tokenized: the other pieces and the generation prompt were cached
     assert calls == ["<|im_start|>assistant\nYes.<|im_end|>\n"]
+
+
+def test_renderings_kept_across_calls_do_not_mix_tools_or_variables() -> None:
+    """render_ids keeps what it learned about prefixes between calls; a call with other tools or
+    other template variables gets its own."""
+    llama = FAMILIES["llama3_1_json"]
+    messages = conversation()
+    for tools in (TOOLS, None, TOOLS[:1]):
+        for date in ("26 Jul 2024", "1 Jan 2025"):
+            rendered = render_ids(
+                llama.template, llama.encode, messages, tools=tools, date_string=date
+            )
+            expected = llama.template.render(messages, tools=tools, date_string=date)
+            assert rendered.text == expected
+            assert rendered.ids == llama.encode(expected)
+            assert rendered.stable == len(messages)
