@@ -15,14 +15,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentwarm.engines.base import Completion, PrefillStatus, Priority, new_rid
+from agentwarm.engines.base import Completion, GenerateParams, PrefillStatus, Priority, new_rid
 from agentwarm.engines.namespace import check_field, namespace_key
 from agentwarm.engines.sglang.protocol import (
     ROUTING_KEY_HEADER,
@@ -67,17 +66,17 @@ class _Job:
     def prefill_only(self) -> bool:
         return self.max_new_tokens == 0
 
-    def generate_options(self) -> dict[str, Any]:
-        """The keywords of the engine's ``generate`` / ``generate_stream`` for this job."""
-        return {
-            "max_tokens": self.max_new_tokens,
-            "temperature": self.sampling.temperature,
-            "priority": Priority.LIVE if self.priority is None else self.priority,
-            "rid": self.rid,
-            "namespace": self.namespace,
-            "session": self.session,
-            "seed": self.sampling.sampling_seed,
-        }
+    def generate_params(self) -> GenerateParams:
+        """The engine request (``generate_with`` / ``stream_with``) of this job."""
+        return GenerateParams(
+            max_tokens=self.max_new_tokens,
+            temperature=self.sampling.temperature,
+            priority=Priority.LIVE if self.priority is None else self.priority,
+            rid=self.rid,
+            namespace=self.namespace,
+            session=self.session,
+            seed=self.sampling.sampling_seed,
+        )
 
 
 class GenerateRoutes:
@@ -173,7 +172,7 @@ class GenerateRoutes:
                 self._record(job, prompt, cached, computed, 0, aborted)
                 e2e = time.perf_counter() - start
                 return _reply(job.rid, "", [], prompt, cached, computed, finish, e2e)
-            completion = await self.engine.generate(job.ids, **job.generate_options())
+            completion = await self.engine.generate_with(job.ids, job.generate_params())
         except RequestAborted as exc:
             cached, computed = exc.cached_tokens, exc.computed_tokens
             self._record(job, len(job.ids), cached, computed, 0, True)
@@ -211,7 +210,7 @@ class GenerateRoutes:
         start = time.perf_counter()
         out_ids: list[int] = []
         text = ""
-        stream = self.engine.generate_stream(job.ids, **job.generate_options())
+        stream = self.engine.stream_with(job.ids, job.generate_params())
         recorded = False
         try:
             async for chunk in stream:

@@ -10,7 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agentwarm.engines.base import Completion, PrefillResult, Priority, StreamChunk
+from agentwarm.engines.base import (
+    Completion,
+    GenerateParams,
+    PrefillParams,
+    PrefillResult,
+    Priority,
+    StreamChunk,
+)
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.sglang import parse_metrics
 from agentwarm.errors import ConfigError, EngineUnavailable, InvalidRequest
@@ -108,10 +115,10 @@ async def test_session_comes_from_routing_header_or_body(
 class ChunkyFake(FakeEngine):
     """Streams one chunk per output token, as the embedded engine does."""
 
-    async def generate_stream(  # type: ignore[override]
-        self, ids: Sequence[int], **kwargs: Any
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
-        completion = await self.generate(ids, **kwargs)
+        completion = await self.generate_with(ids, params)
         for i, token in enumerate(completion.token_ids):
             last = i == len(completion.token_ids) - 1
             yield StreamChunk((token,), self.decode([token]), completion if last else None)
@@ -264,14 +271,14 @@ class Broken(FakeEngine):
         super().__init__()
         self.exc = exc
 
-    async def prefill(self, ids: Sequence[int], **kwargs: Any) -> PrefillResult:  # type: ignore[override]
+    async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         raise self.exc
 
-    async def generate(self, ids: Sequence[int], **kwargs: Any) -> Completion:  # type: ignore[override]
+    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
         raise self.exc
 
-    async def generate_stream(  # type: ignore[override]
-        self, ids: Sequence[int], **kwargs: Any
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
     ) -> AsyncIterator[StreamChunk]:
         raise self.exc
         yield  # an async generator
