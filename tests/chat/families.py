@@ -19,7 +19,8 @@ from typing import Any
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
-from agentwarm.chat import ChatTemplate
+from agentwarm.chat import ChatTemplate, RenderedPrompt, render_ids
+from agentwarm.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
 
@@ -54,6 +55,20 @@ class Family:
 
     def decode(self, ids: list[int]) -> str:
         return _encoding(self.control_tokens).decode(ids)
+
+    def render_ids(self, messages: list[dict[str, Any]], **options: Any) -> RenderedPrompt:
+        """:func:`render_ids` with this family's template, tokenizer and variables."""
+        return render_ids(self.template, self.encode, messages, **dict(self.variables), **options)
+
+    def prefix_ids(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[int] | None:
+        """The ids of ``messages`` without the generation prompt, None when the template
+        cannot render them on their own."""
+        try:
+            return self.render_ids(messages, tools=tools, add_generation_prompt=False).ids
+        except ConfigError:
+            return None
 
 
 FAMILIES = {
