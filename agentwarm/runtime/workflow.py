@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from agentwarm.errors import WorkflowError
-from agentwarm.graphs import CompiledGraph, GraphBuilder, load_graph
-from agentwarm.graphs._builder import DEFAULT_MAX_STEPS
+from agentwarm.graphs import DEFAULT_MAX_STEPS, CompiledGraph, GraphBuilder, load_graph
 from agentwarm.runtime.session import WorkflowSession
 
 if TYPE_CHECKING:
