@@ -5,6 +5,7 @@ Definitions (the runtime's, see :mod:`agentwarm.runtime.result`):
 * TTFT: time to first token of each step's LLM call, as the node saw it.
 * makespan: wall time of one episode (one workflow run), averaged over episodes; for baselines
   run with ``fast_baselines`` it is the run's wall time plus its (not slept) think time.
+* ``prompt_tokens_mean``: prompt tokens of a step that called the model, on average.
 * ``computed_tokens``: prompt tokens the engine prefilled for the mode, live and speculative
   (sum of the engine's per-request answers); ``wasted_tokens``: those computed by speculative
   prefetches whose target was not taken; ``useful_tokens`` the rest.
@@ -58,6 +59,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
     prompt = s["prompt_tokens"]
     think = run.accounted_think_s or [0.0] * len(run.results)
     makespans = [r.duration_s + t for r, t in zip(run.results, think, strict=True)]
+    asked = [st.prompt_tokens for st in steps if st.llm_calls]
     live_pre = [st.prompt_tokens - st.cached_tokens for st in steps if st.prefetched]
     live_other = [
         st.prompt_tokens - st.cached_tokens
@@ -73,6 +75,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         "makespan_s": statistics.fmean(makespans) if makespans else None,
         "wall_s": run.wall_s,
         "prompt_tokens": prompt,
+        "prompt_tokens_mean": statistics.fmean(asked) if asked else None,
         "cached_tokens": s["cached_tokens"],
         "cache_hit_ratio": s["cached_tokens"] / prompt if prompt else 0.0,
         "computed_tokens": computed,

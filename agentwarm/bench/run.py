@@ -165,7 +165,7 @@ async def run_bench(
             conversations=inputs.conversations,
         )
         built.append(workload)
-        described.update(workload.describe(engine.encode))
+        described.update(workload.describe(engine))
         for line in inputs.notes:
             note(line)
         plain = [s for s in workload.plain_steps if not (inputs.conversations and s == RESPOND)]

@@ -33,8 +33,11 @@ from agentwarm._spec import END, NodeSpec
 from agentwarm.bench import prompts
 from agentwarm.bench.conversations import Message, add_message, step_turns
 from agentwarm.bench.inputs import Episode
+from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.graphs import node
+from agentwarm.runtime.prompt import PromptRenderer
+from agentwarm.runtime.transcript import Transcript
 from agentwarm.runtime.workflow import Workflow, WorkflowGraph
 
 if TYPE_CHECKING:
@@ -267,24 +270,25 @@ class Workload:
             _result_tokens=result_tokens,
         )
 
-    def workflow(self, name: str = "bench") -> Workflow:
-        """The replay workflow: the entry node and one node per step, each declaring every
-        step and ``END`` as successors."""
+    def specs(self) -> list[NodeSpec]:
+        """The replay nodes: the entry node and one node per step, each declaring every step
+        and ``END`` as successors."""
         successors = [*self.steps, END]
-        out = self.sizes.output_tokens
-        specs: list[NodeSpec] = []
-        for n in (self.entry, *self.steps):
-            specs.append(
-                node(
-                    name=n,
-                    system=self.system[n],
-                    tools=list(self.tools[n]),
-                    next=successors,
-                    entry=n == self.entry,
-                    max_tokens=out,
-                )(_replay)
-            )
-        return WorkflowGraph(name).add(*specs).compile(max_steps=self.longest + 1)
+        return [
+            node(
+                name=n,
+                system=self.system[n],
+                tools=list(self.tools[n]),
+                next=successors,
+                entry=n == self.entry,
+                max_tokens=self.sizes.output_tokens,
+            )(_replay)
+            for n in (self.entry, *self.steps)
+        ]
+
+    def workflow(self, name: str = "bench") -> Workflow:
+        """The replay workflow of :meth:`specs`."""
+        return WorkflowGraph(name).add(*self.specs()).compile(max_steps=self.longest + 1)
 
     def script(self, episode: Episode) -> EpisodeScript:
         """The deterministic replay script of ``episode``."""
@@ -309,14 +313,10 @@ class Workload:
             think_s=think,
         )
 
-    def describe(self, encode: Callable[[str], list[int]]) -> dict[str, Any]:
-        """Token sizes of the static prompt heads, for the report."""
-        from agentwarm.runtime.prompt import render_system, render_tools
-
-        heads = [
-            len(encode(render_system(self.system[n]))) + len(encode(render_tools(self.tools[n])))
-            for n in (self.entry, *self.steps)
-        ]
+    def describe(self, engine: Engine) -> dict[str, Any]:
+        """Token sizes of the static prompt heads (system and tools, as ``engine`` renders
+        them for a run's first step), for the report."""
+        heads = [len(PromptRenderer(engine, Transcript()).prefix_ids(s)) for s in self.specs()]
         return {
             "layout": self.layout,
             "nodes": len(self.steps) + 1,
