@@ -17,6 +17,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
+from agentwarm.chat.toolcalls import family_of
 from agentwarm.errors import ConfigError
 
 __all__ = ("ChatTemplate", "Message", "Tool", "openai_messages")
@@ -94,8 +95,6 @@ class ChatTemplate:
         """The tool-call format of the template's model family — ``"hermes"`` (Qwen2.5, Qwen3,
         Hermes: ``<tool_call>``), ``"llama3"`` or ``"mistral"`` — read from markers in the source,
         else from :attr:`name`; None when neither tells."""
-        from agentwarm.chat.toolcalls import family_of
-
         for family, marker in _FAMILY_MARKERS:
             if marker in self.source:
                 return family
