@@ -50,6 +50,7 @@ from agentwarm.engines.local.runner import (
 )
 from agentwarm.engines.local.scheduler import Request, RequestKind, Scheduler, StepEvent
 from agentwarm.engines.radix import RadixCache
+from agentwarm.engines.tokenizers import chat_template_of
 from agentwarm.errors import EngineError, InvalidRequest
 
 if TYPE_CHECKING:
@@ -84,8 +85,10 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
 
 
 class LocalEngine(Engine):
-    """Embedded engine: ``model`` is a preset (``"tiny"``, ``"small"``), a checkpoint directory
-    or an already loaded model (engines may share one; ``device``/``dtype``/``seed`` then unused).
+    """Embedded engine: ``model`` is a preset (``"tiny"``, ``"small"``, ...: see
+    :data:`~agentwarm.engines.local.model.PRESETS`), a checkpoint directory or an already loaded
+    model (engines may share one; ``device``/``dtype``/``seed`` then unused). Its
+    ``chat_template`` is the model tokenizer's (Qwen2.5's for the presets but ``*-bytes``).
 
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``) and ``dtype`` (``"float32"``,
     ``"bfloat16"``, ``"float16"`` or the torch dtype) place the weights, the KV cache and the
@@ -135,6 +138,9 @@ class LocalEngine(Engine):
                 raise EngineError(f"cannot load model {str(model)!r}: {exc}") from exc
         self.runner = ModelRunner(loaded)
         self.model_name = loaded.name
+        self.chat_template = chat_template_of(loaded.tokenizer, name=loaded.name)
+        """The model's chat template (the tokenizer's, with its BOS/EOS), or ``None``: the
+        ``*-bytes`` presets and checkpoints whose tokenizer has none."""
         if max_cached_tokens is None:
             if max_cache_bytes is None:
                 on_cuda = self.runner.device.type == "cuda"

@@ -11,9 +11,11 @@ Rules this client keeps:
 * Failures raise :mod:`agentwarm.errors` types. The engine never swallows a failure; the runtime
   decides that a failed speculative prefill is only counted.
 * ``encode``/``decode`` need a tokenizer identical to the server's. Give ``tokenizer=`` (a local
-  Hugging Face tokenizer directory, ``"byte"``, or an object with ``encode``/``decode``), or build
-  the engine with :meth:`SGLangEngine.from_url`, which reads ``/model_info``. Without either, the
-  first ``encode``/``decode`` reads ``/model_info`` with a blocking call, once.
+  Hugging Face tokenizer directory, ``"byte"``, ``"qwen2.5"``, or a
+  :class:`~agentwarm.engines.tokenizers.Tokenizer`), or build the engine with
+  :meth:`SGLangEngine.from_url`, which reads ``/model_info``. Without either, the first
+  ``encode``/``decode`` reads ``/model_info`` with a blocking call, once. A local tokenizer's
+  chat template becomes the engine's ``chat_template`` (the server's ``/tokenize`` gives none).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from agentwarm.engines.sglang.tokenizers import (
     load_tokenizer,
     tokenizer_from_info,
 )
+from agentwarm.engines.tokenizers import chat_template_of
 from agentwarm.errors import EngineError, RequestAborted
 
 __all__ = ("SGLangEngine",)
@@ -124,7 +127,8 @@ class SGLangEngine(Engine):
         self.salt_fields = tuple(salt_fields)
         if unknown := set(self.salt_fields) - set(SALT_FIELDS):
             raise ValueError(f"salt_fields must be among {SALT_FIELDS}, got {sorted(unknown)}")
-        self._tokenizer: TextTokenizer | None = load_tokenizer(tokenizer)
+        self._tokenizer: TextTokenizer | None = None
+        self._set_tokenizer(load_tokenizer(tokenizer))
         self._tokenizer_resolved = tokenizer is not None
         self._tokenizer_note = "no tokenizer was given"
         self._aborts = AbortTracker(self._http)
@@ -364,10 +368,17 @@ class SGLangEngine(Engine):
     def _resolve_tokenizer(self, info: Mapping[str, Any]) -> None:
         """Blocking: take the tokenizer ``/model_info`` points to (see :meth:`from_url`)."""
         self._tokenizer_resolved = True
-        self._tokenizer, note = tokenizer_from_info(
+        tokenizer, note = tokenizer_from_info(
             info, self._http.base_url, api_key=self._http.api_key, trust_env=self._http.trust_env
         )
+        self._set_tokenizer(tokenizer)
         self._tokenizer_note = note or self._tokenizer_note
+
+    def _set_tokenizer(self, tokenizer: TextTokenizer | None) -> None:
+        """Use ``tokenizer``, and its chat template when it has one (a local tokenizer)."""
+        self._tokenizer = tokenizer
+        if tokenizer is not None:
+            self.chat_template = chat_template_of(tokenizer, name=self.model_name)
 
     def _require_tokenizer(self) -> TextTokenizer:
         if self._tokenizer is None and not self._tokenizer_resolved:

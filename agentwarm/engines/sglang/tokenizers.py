@@ -17,7 +17,12 @@ from typing import Any
 import httpx
 
 from agentwarm.engines.sglang.protocol import DetokenizeRequest, TokenizeRequest
-from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
+from agentwarm.engines.tokenizers import (
+    BUILTIN_TOKENIZERS,
+    ByteTokenizer,
+    HFTokenizer,
+    load_tokenizer,
+)
 from agentwarm.engines.tokenizers import Tokenizer as TextTokenizer
 from agentwarm.errors import EngineError, EngineUnavailable
 from agentwarm.redact import redact_credentials
@@ -39,8 +44,12 @@ class RemoteTokenizer:
 
     A last resort when no local tokenizer matches the server's: every call is a blocking HTTP
     round trip (it blocks the event loop for its duration), so use it only against a server in
-    another process, preferably on loopback.
+    another process, preferably on loopback. It knows no chat template.
     """
+
+    chat_template: str | None = None
+    bos_token = ""
+    eos_token = ""
 
     def __init__(
         self,
@@ -95,14 +104,14 @@ def tokenizer_from_info(
     """Blocking: the tokenizer a server's ``/model_info`` points to, and a note of what was
     tried when there is none.
 
-    In order: the built-in byte tokenizer when the server (``agentwarm serve``) says it uses
-    one; the server's ``tokenizer_path`` or ``model_path`` when it loads locally; the server's
-    ``/tokenize`` endpoint (:class:`RemoteTokenizer`).
+    In order: the built-in tokenizer (``"byte"``, ``"qwen2.5"``) the server (``agentwarm
+    serve``) says it uses; the server's ``tokenizer_path`` or ``model_path`` when it loads
+    locally; the server's ``/tokenize`` endpoint (:class:`RemoteTokenizer`).
     """
     tried: list[str] = []
     ext = info.get("agentwarm")
-    if isinstance(ext, Mapping) and ext.get("tokenizer") == "byte":
-        return ByteTokenizer(), ""
+    if isinstance(ext, Mapping) and ext.get("tokenizer") in BUILTIN_TOKENIZERS:
+        return load_tokenizer(str(ext["tokenizer"])), ""
     for key in ("tokenizer_path", "model_path"):
         path = info.get(key)
         if not path:
