@@ -23,7 +23,9 @@ Devices and dtypes
 ------------------
 The runner works on whatever device and dtype the loaded model has: the KV buffers, the ids and
 positions it feeds the model and the sampling generator are created there, and the logits stay
-there (float32); the only device-to-host transfer per step is the sampled token id.
+there (float32); the only device-to-host transfer per step is the sampled token id. On CUDA an
+``extend`` first waits for the previous one's kernels, so at most one chunk is queued on the
+GPU ahead of the scheduler's decisions.
 :func:`resolve_device` and :func:`resolve_dtype` turn the user's ``device``/``dtype`` options
 (``"cuda"``, ``"bfloat16"``...) into torch objects, failing with the fix when CUDA is asked for
 and not available; :func:`cuda_cache_bytes` is the KV budget a CUDA engine defaults to.
@@ -183,6 +185,7 @@ class ModelRunner:
         self.device = loaded.device
         self.dtype = loaded.dtype
         self._base = self.model.get_decoder()
+        self._in_flight: torch.cuda.Event | None = None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -273,6 +276,7 @@ class ModelRunner:
             with torch.inference_mode():
                 input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
                 position_ids = torch.arange(start, start + n, device=self.device).unsqueeze(0)
+                self._wait_in_flight()
                 state.reserve(start + n)
                 if want_logits:
                     out = self.model(
@@ -293,8 +297,29 @@ class ModelRunner:
                     logits = None
         except (RuntimeError, ValueError, IndexError) as exc:
             raise EngineError(f"model forward failed at position {start} (+{n}): {exc}") from exc
+        finally:
+            if self.device.type == "cuda":  # also after an interrupt: some layers are queued
+                self._mark_in_flight()
         state._advance(n)
         return logits
+
+    def _mark_in_flight(self) -> None:
+        self._in_flight = None
+        try:
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+        except RuntimeError:  # the device failed; the caller sees the forward's own error
+            return
+        self._in_flight = event
+
+    def _wait_in_flight(self) -> None:
+        """On CUDA, wait for the previous ``extend``'s kernels before queueing more: the CPU
+        stays at most one call ahead of the GPU, so an abort or a live request that preempts
+        speculative prefill waits for at most one queued chunk (prefill without logits never
+        synchronizes otherwise)."""
+        if self._in_flight is not None:
+            self._in_flight.synchronize()
+            self._in_flight = None
 
     def decode_step(self, state: SequenceState, token_id: int) -> torch.Tensor:
         """Append one token and return the next-token logits (``[vocab]``, float32)."""
