@@ -14,8 +14,9 @@ open a message with a special token, where no BPE merge crosses), as
 :func:`~agentwarm.chat.render_ids` does. Rendering is the costly part, so it is done once per
 piece, not once per message boundary per step:
 
-* :data:`~agentwarm.chat.FALLBACK` renders each message on its own: each transcript message is
-  rendered and encoded once per run, each node's system and tools once.
+* :data:`~agentwarm.chat.FALLBACK` renders each message on its own, as a header, the content
+  verbatim and a newline: the header and trailer of each (role, node) and each node's system
+  and tools are rendered once per process, and each message is encoded once per run.
 * Any other template may look at neighbouring messages, so it is rendered whole — once per
   node each time the transcript grew, and once per live request — and only the text that grew
   is encoded. When a rendering does not extend the one before (the template is not
@@ -25,6 +26,8 @@ piece, not once per message boundary per step:
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +60,45 @@ def step_messages(text: str | None, node: str) -> list[Message]:
     return [{"role": "user", "content": text, "node": node}] if text else []
 
 
+#: FALLBACK renders a message as a header, its content verbatim, then a newline, and shows
+#: nothing of it but its role, node and content (``chat/fallback.py``): its pieces are made once
+#: per process, with a placeholder for the content, and reused by every run.
+_CONTENT = "\x00content\x00"
+_HEADS: dict[tuple[str, str], str] = {}
+_MAX_HEADS = 1024
+
+
+@functools.lru_cache(maxsize=4096)
+def _fallback_around(role: str, node: str | None) -> tuple[str, str]:
+    """FALLBACK's rendering of a transcript message of ``role`` added by ``node``: what goes
+    before and after its content."""
+    message: Message = {"role": role, "content": _CONTENT}
+    if node is not None:
+        message["node"] = node
+    text = FALLBACK.render([NO_SYSTEM, message], add_generation_prompt=False)
+    before, _, after = text.partition(_CONTENT)
+    return before, after
+
+
+@functools.lru_cache(maxsize=4096)
+def _fallback_generation(node: str) -> str:
+    """FALLBACK's generation prompt for ``node``."""
+    return FALLBACK.render([NO_SYSTEM], add_generation_prompt=True, node=node)
+
+
+def _fallback_head(spec: NodeSpec) -> str:
+    """FALLBACK's rendering of ``spec``'s system text and tools."""
+    key = (spec.system, json.dumps(spec.tools, sort_keys=True, default=repr))
+    text = _HEADS.get(key)
+    if text is None:
+        if len(_HEADS) >= _MAX_HEADS:
+            _HEADS.clear()
+        messages = system_messages(spec.system)
+        text = FALLBACK.render(messages, tools=spec.tools or None, add_generation_prompt=False)
+        _HEADS[key] = text
+    return text
+
+
 class _Head:
     """A node's known prefix under a template other than FALLBACK: ``text``, the rendering of
     ``[system] + transcript[:count]`` without the generation prompt (or of its stable part),
@@ -86,7 +128,7 @@ class PromptRenderer:
         self._static: dict[str, list[int]] = {}
         self._generation: dict[str, list[int]] = {}
         self._message_ids: list[list[int]] = []
-        self._pending: tuple[Message, list[int]] | None = None
+        self._pending: tuple[str, str, list[int]] | None = None  # (text, node, ids)
         # Any other template: each node's known prefix, and render_ids' encodings by text.
         self._heads: dict[str, _Head] = {}
         self._pieces: dict[str, list[int]] = {}
@@ -102,15 +144,16 @@ class PromptRenderer:
         """The ids of ``spec``'s live request with the step text ``text``.
 
         Raises :class:`~agentwarm.errors.ConfigError` when the template cannot render it."""
-        step = step_messages(text, spec.name)
         if self._local:
             ids = self.prefix_ids(spec)
-            for message in step:
-                self._pending = (message, self._encode(self._fallback([message])))
-                ids += self._pending[1]
+            if text:
+                before, after = _fallback_around("user", spec.name)
+                self._pending = (text, spec.name, self._encode(before + text + after))
+                ids += self._pending[2]
             return ids + self._generation_ids(spec.name)
         head = self._head(spec)
-        messages = [*system_messages(spec.system), *self._messages, *step]
+        messages = [*system_messages(spec.system), *self._messages]
+        messages += step_messages(text, spec.name)
         full = self._render(spec, messages, add_generation_prompt=True)
         if full.startswith(head.text):
             return head.ids + self._encode(full[len(head.text) :])
@@ -118,40 +161,34 @@ class PromptRenderer:
 
     # --- FALLBACK: every message rendered on its own ----------------------------------------
 
-    def _fallback(
-        self, messages: list[Message], *, add_generation_prompt: bool = False, node: str = ""
-    ) -> str:
-        """``messages`` rendered as transcript messages (after an empty system message)."""
-        return FALLBACK.render(
-            [NO_SYSTEM, *messages], add_generation_prompt=add_generation_prompt, node=node
-        )
-
     def _static_ids(self, spec: NodeSpec) -> list[int]:
         ids = self._static.get(spec.name)
         if ids is None:
-            messages = system_messages(spec.system)
-            text = self._render(spec, messages) if messages or spec.tools else ""
-            ids = self._static[spec.name] = self._encode(text)
+            ids = self._static[spec.name] = self._encode(_fallback_head(spec))
         return ids
 
     def _generation_ids(self, node: str) -> list[int]:
         ids = self._generation.get(node)
         if ids is None:
-            text = self._fallback([], add_generation_prompt=True, node=node)
-            ids = self._generation[node] = self._encode(text)
+            ids = self._generation[node] = self._encode(_fallback_generation(node))
         return ids
 
     def _transcript_ids(self) -> list[int]:
-        self._sync_messages()
-        while len(self._message_ids) < len(self._messages):
-            message = self._messages[len(self._message_ids)]
+        transcript, done = self._transcript, self._message_ids
+        while len(done) < len(transcript):
+            entry = transcript[len(done)]
             pending, self._pending = self._pending, None
-            if pending is not None and pending[0] == message:  # the step's text, recorded
-                self._message_ids.append(pending[1])
-            else:
-                self._message_ids.append(self._encode(self._fallback([message])))
+            if (
+                pending is not None
+                and entry.role == "user"
+                and pending[:2] == (entry.content, entry.node)
+            ):
+                done.append(pending[2])  # the step's text, now recorded
+                continue
+            before, after = _fallback_around(entry.role, entry.node)
+            done.append(self._encode(before + entry.content + after))
         out: list[int] = []
-        for ids in self._message_ids:
+        for ids in done:
             out.extend(ids)
         return out
 
