@@ -157,8 +157,9 @@ def _arguments(call: Message) -> Any:
 
 
 def add_message(ctx: Context, message: Message) -> None:
-    """Add a real message to the run's transcript with its role. An assistant turn's tool
-    calls are written after its text as JSON objects ``{"name", "arguments"}``, one a line."""
+    """Add a real message to the run's transcript with its role (a tool result with the id
+    of the call it answers and the tool's name). An assistant turn's tool calls are written
+    after its text as JSON objects ``{"name", "arguments"}``, one a line."""
     role = message["role"]
     content = message.get("content") or ""
     if role == "assistant":
@@ -167,4 +168,9 @@ def add_message(ctx: Context, message: Message) -> None:
             for c in message.get("tool_calls") or ()
         ]
         content = "\n".join(x for x in (content, *calls) if x)
+    elif role == "tool":
+        ctx.add(
+            content, role=role, tool_call_id=message.get("tool_call_id"), name=message.get("name")
+        )
+        return
     ctx.add(content, role=role)
