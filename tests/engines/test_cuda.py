@@ -59,11 +59,13 @@ def ids_for(engine: LocalEngine, seed: int, n: int) -> list[int]:
     return [rng.randrange(vocab) for _ in range(n)]
 
 
-def tolerance(dtype: torch.dtype, scale: float) -> float:
+def tolerance(device: str, dtype: torch.dtype, scale: float) -> float:
     """Largest logit difference accepted between chunked and whole-sequence forwards: float32
-    rounding, or a few bf16/fp16 ulps of the logits' magnitude (the lm_head output itself is
-    rounded to the dtype)."""
-    return 1e-4 if dtype == torch.float32 else 0.05 * max(1.0, scale)
+    rounding (GPU kernels pick other reduction orders for other shapes), or a few bf16/fp16
+    ulps of the logits' magnitude (the lm_head output itself is rounded to the dtype)."""
+    if dtype == torch.float32:
+        return 1e-4 if device == "cpu" else 1e-3
+    return 0.05 * max(1.0, scale)
 
 
 def kv_of(model: LoadedModel) -> torch.Tensor:
@@ -90,7 +92,7 @@ async def test_cached_prefix_logits_equal_cold_logits(device: str, dtype: torch.
             assert warm.device == model.device  # logits stay on the device
             assert warm.dtype == torch.float32
             scale = float(cold.abs().max())
-            assert float((warm - cold).abs().max()) <= tolerance(dtype, scale)
+            assert float((warm - cold).abs().max()) <= tolerance(device, dtype, scale)
         stats = await engine.stats()
         assert stats.hit_tokens >= 3 * PREFIX
 
