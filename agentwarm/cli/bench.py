@@ -94,6 +94,16 @@ def bench(
     chunk_size: Annotated[
         int | None, typer.Option("--chunk-size", min=1, help="Prefill chunk (local engine).")
     ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="Local engine: cpu | cuda | cuda:N (default: cpu)."),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype", help="Local engine: float32 | bfloat16 | float16 (default: float32)."
+        ),
+    ] = None,
     episodes: Annotated[
         int | None, typer.Option("--episodes", "-n", min=1, help="Test episodes to replay.")
     ] = None,
@@ -148,6 +158,8 @@ def bench(
             engine=engine,
             model=model,
             chunk_size=chunk_size,
+            device=device,
+            dtype=dtype,
             as_json=as_json,
             plot=plot,
             changes=dict(
@@ -176,6 +188,8 @@ def _bench(
     engine: str,
     model: str | None,
     chunk_size: int | None,
+    device: str | None,
+    dtype: str | None,
     as_json: bool,
     plot: Path | None,
     changes: dict[str, Any],
@@ -188,7 +202,9 @@ def _bench(
     model_name = model or prof.model
 
     async def factory() -> Engine:
-        return await open_engine(engine, model_name, chunk_size=chunk_size)
+        return await open_engine(
+            engine, model_name, chunk_size=chunk_size, device=device, dtype=dtype
+        )
 
     label = engine if engine == "fake" else f"{engine}:{model_name}"
     if is_url:

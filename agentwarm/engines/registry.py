@@ -133,7 +133,7 @@ def _local_only(**options: str | None) -> None:
     given = [f"--{name}" for name, value in options.items() if value is not None]
     if given:
         raise ConfigError(
-            f"{' and '.join(given)}: only the embedded torch engine (--engine local) takes them"
+            f"{' and '.join(given)}: for the embedded torch engine only (--engine local)"
         )
 
 
