@@ -7,9 +7,10 @@
 #
 # 1. python -m pytest -m gpu tests/engines -q       (LocalEngine on CUDA: exactness, prefetch)
 # 2. python -m benchmarks.engine_bench --device cuda --dtype bfloat16 --model small
-# 3. agentwarm bench --profile full --engine local --model 1b --json  (device and dtype from
-#    AGENTWARM_DEVICE/AGENTWARM_DTYPE, which the engine registry reads; --device too where the
-#    bench command has that option). The `1b` preset if this checkout has it, else `small`.
+# 3. agentwarm bench --profile full --engine local --model 1b --device cuda --dtype bfloat16 --json
+#    (the `1b` preset if this checkout has it, else `small`).
+# AGENTWARM_DEVICE=cuda and AGENTWARM_DTYPE are exported too, for any local engine built without
+# the options.
 #
 # stdout: one JSON object {"device", "torch", "tests", "engine_bench", "bench"}; the same in
 # $OUT/gpu.json when OUT is set, with each step's own output beside it. Progress and the test
@@ -75,14 +76,11 @@ if ! "$PYTHON" -m benchmarks.engine_bench --device cuda --dtype "$AGENTWARM_DTYP
 fi
 
 # ---- 3. the full bench on the 1B-class preset
-device_opt=()
-if "$PYTHON" -m agentwarm.cli bench --help 2>/dev/null | grep -q -- '--device'; then
-    device_opt=(--device cuda)
-fi
-say "3/3 agentwarm bench --profile full --engine local --model $BENCH_MODEL ${device_opt[*]} --json"
+bench=(bench --profile full --engine local --model "$BENCH_MODEL" --device cuda
+    --dtype "$AGENTWARM_DTYPE" --json)
+say "3/3 agentwarm ${bench[*]} ${BENCH_ARGS:-}"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
-if ! "$PYTHON" -m agentwarm.cli bench --profile full --engine local --model "$BENCH_MODEL" "${device_opt[@]}" \
-    --json ${BENCH_ARGS:-} >"$WORK/bench.json"; then
+if ! "$PYTHON" -m agentwarm.cli "${bench[@]}" ${BENCH_ARGS:-} >"$WORK/bench.json"; then
     failed=1
     say "agentwarm bench failed"
     [ -s "$WORK/bench.json" ] || echo null >"$WORK/bench.json"
