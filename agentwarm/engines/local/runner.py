@@ -23,9 +23,9 @@ Devices and dtypes
 ------------------
 The runner works on whatever device and dtype the loaded model has: the KV buffers, the ids and
 positions it feeds the model and the sampling generator are created there, and the logits stay
-there (float32); the only device-to-host transfer per step is the sampled token id. On CUDA an
-``extend`` first waits for the previous one's kernels, so at most one chunk is queued on the
-GPU ahead of the scheduler's decisions.
+there (float32); the ids go in without blocking (pinned memory), and the only device-to-host
+transfer per step is the sampled token id. On CUDA an ``extend`` first waits for the previous
+one's kernels, so at most one chunk is queued on the GPU ahead of the scheduler's decisions.
 :func:`resolve_device` and :func:`resolve_dtype` turn the user's ``device``/``dtype`` options
 (``"cuda"``, ``"bfloat16"``...) into torch objects, failing with the fix when CUDA is asked for
 and not available; :func:`cuda_cache_bytes` is the KV budget a CUDA engine defaults to.
@@ -274,7 +274,7 @@ class ModelRunner:
             raise InvalidRequest(f"token id {bad} outside vocabulary of {self.vocab_size}")
         try:
             with torch.inference_mode():
-                input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+                input_ids = self._input_ids(ids)
                 position_ids = torch.arange(start, start + n, device=self.device).unsqueeze(0)
                 self._wait_in_flight()
                 state.reserve(start + n)
@@ -302,6 +302,15 @@ class ModelRunner:
                 self._mark_in_flight()
         state._advance(n)
         return logits
+
+    def _input_ids(self, ids: Sequence[int]) -> torch.Tensor:
+        """``ids`` as a ``[1, n]`` long tensor on the device. On CUDA the copy goes from pinned
+        memory without blocking: a plain host-to-device copy would wait for every kernel queued
+        before it."""
+        host = torch.tensor([list(ids)], dtype=torch.long)
+        if self.device.type == "cuda":
+            return host.pin_memory().to(self.device, non_blocking=True)
+        return host.to(self.device)
 
     def _mark_in_flight(self) -> None:
         self._in_flight = None
@@ -331,6 +340,6 @@ class ModelRunner:
         Shape ``[len(ids), vocab]``, float32. For tests and benchmarks, not for serving.
         """
         with torch.inference_mode():
-            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+            input_ids = self._input_ids(ids)
             out = self.model(input_ids=input_ids, use_cache=False)
             return out.logits[0].float()
