@@ -57,6 +57,7 @@ class MeteredEngine(Engine):
         self.records: list[RequestRecord] = []
         self.model_name = inner.model_name
         self.supports_promotion = inner.supports_promotion
+        self.chat_template = inner.chat_template  # prompts are rendered as the engine's own
         for attr in ("provider_name", "span_kind"):
             if hasattr(inner, attr):
                 setattr(self, attr, getattr(inner, attr))

@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from agentwarm.bench import BenchConfig, MeteredEngine, run_bench, split_episodes
+from agentwarm.bench import BenchConfig, run_bench
 from agentwarm.bench.conversations import load_conversations, step_turns
+from agentwarm.chat import ChatTemplate
 from agentwarm.cli import app
-from agentwarm.engines.base import Completion, Engine, GenerateParams
+from agentwarm.engines.base import Engine
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.errors import ConfigError
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tau_airline"
-EXCERPT = FIXTURES / "excerpt" / "conversations.jsonl"
-FULL = FIXTURES / "full_policy" / "conversations.jsonl"
+from tests.bench.conversation_checks import EXCERPT, Capture, check_replay
 
 
 def _tool_call_sequence(line: dict) -> list[str]:
@@ -72,18 +69,6 @@ def test_malformed_conversations_are_named(tmp_path: Path, text: str, message: s
         load_conversations(bad)
 
 
-class _Capture(MeteredEngine):
-    """Keeps the decoded prompt of every live request."""
-
-    def __init__(self, inner: Engine, prompts: list[str]) -> None:
-        super().__init__(inner)
-        self.prompts = prompts
-
-    async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
-        self.prompts.append(self.decode(ids))
-        return await super().generate_with(ids, params)
-
-
 def _config(layout: str, **extra: object) -> BenchConfig:
     fields: dict[str, object] = {
         "conversations": EXCERPT,
@@ -101,30 +86,34 @@ async def test_the_replay_follows_the_conversation_and_prompts_hold_its_real_mes
 ) -> None:
     prompts: list[str] = []
     config = _config(layout)
-    report = await run_bench(config, lambda: _Capture(FakeEngine(), prompts))
-    convs = {c.episode.id: c for c in load_conversations(EXCERPT)}
-    _, test = split_episodes(
-        [c.episode for c in convs.values()], seed=config.seed, test_fraction=1.0
-    )
-    results = report.runs["reactive"].results
-    steps_per_episode = [[s.node for s in r.steps][1:] for r in results]
-    assert steps_per_episode == [list(e.steps) for e in test]
-    live = iter(prompts[1:])  # prompts[0] is the engine's warm-up
-    for episode in test:
-        conv = convs[episode.id]
-        turns = step_turns(conv.messages)
-        for k in range(1, len(turns)):
-            prompt = next(live)
-            assert conv.system in prompt
-            seen = [m for t in turns[:k] for m in t]  # every real message before turn k
-            at = 0
-            for m in seen:
-                calls = m.get("tool_calls") or []
-                for piece in [m.get("content") or "", *(c["function"]["name"] for c in calls)]:
-                    at = prompt.index(piece, at)  # present, in the conversation's order
-    assert next(live, None) is None
+    report = await run_bench(config, lambda: Capture(FakeEngine(), prompts))
+    check_replay(config, report, prompts)
     assert report.workload["conversations"] is True
-    assert report.workload["test_steps"] == sum(len(e.steps) for e in test)
+    assert report.workload["test_steps"] == sum(
+        len(c.episode.steps) for c in load_conversations(EXCERPT)
+    )
+
+
+async def test_prompts_are_rendered_with_the_engine_chat_template() -> None:
+    template = ChatTemplate(
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}",
+        name="test-brackets",
+    )
+
+    def engine() -> Engine:
+        inner = FakeEngine()
+        inner.chat_template = template
+        return Capture(inner, prompts)
+
+    prompts: list[str] = []
+    config = _config("shared", max_steps=3)
+    report = await run_bench(config, engine)
+    check_replay(config, report, prompts)
+    for prompt in prompts[1:]:
+        assert prompt.startswith("[system]# Airline Agent Policy")
+        assert prompt.endswith("[assistant]") and "[user]" in prompt
+        assert "<|" not in prompt  # nothing of the fallback format
 
 
 async def test_max_steps_replays_the_first_steps_of_each_conversation() -> None:

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from agentwarm.bench import BenchConfig, run_bench
 from agentwarm.cli import app
 from agentwarm.engines.local import LocalEngine
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tau_airline"
-EXCERPT = FIXTURES / "excerpt" / "conversations.jsonl"
-FULL = FIXTURES / "full_policy" / "conversations.jsonl"
+from tests.bench.conversation_checks import EXCERPT, FULL, Capture, check_replay
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -56,6 +53,21 @@ def test_quick_conversation_replay_on_the_tiny_preset(layout: str) -> None:
         assert f["peak_rss_mib"] > 0, mode
     assert out["modes"]["cold"]["cached_tokens"] == 0
     assert out["modes"]["reactive"]["cached_tokens"] > 0
+
+
+async def test_prompts_on_the_tiny_preset_hold_the_real_conversation() -> None:
+    """Rendered with the preset's own chat template (when it has one), decoded back."""
+    prompts: list[str] = []
+    config = BenchConfig(
+        conversations=EXCERPT,
+        test_fraction=1.0,
+        think="const:0",
+        modes=("reactive",),
+        episodes=1,
+        max_steps=3,
+    )
+    report = await run_bench(config, lambda: Capture(LocalEngine("tiny"), prompts))
+    check_replay(config, report, prompts)
 
 
 def test_full_policy_and_all_tools_fit_the_context_in_the_shared_layout() -> None:
