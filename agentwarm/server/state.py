@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from agentwarm.engines.base import Engine, EngineStats
+from agentwarm.engines.tokenizers import QwenTokenizer
 from agentwarm.errors import EngineError
 from agentwarm.server.metrics import ServerMetrics
 from agentwarm.server.security import default_max_request_bytes
@@ -131,7 +132,7 @@ class ServerState:
 
 
 def _describe_tokenizer(engine: Engine) -> tuple[str | None, str | None]:
-    """(``"byte"`` | ``"hf"`` | ``None``, tokenizer directory or ``None``)."""
+    """(``"byte"`` | ``"qwen2.5"`` | ``"hf"`` | ``None``, tokenizer directory or ``None``)."""
     sample = "agentwarm é ✓\n{}"
     try:
         raw = list(sample.encode("utf-8"))
@@ -140,6 +141,8 @@ def _describe_tokenizer(engine: Engine) -> tuple[str | None, str | None]:
     except Exception:  # an engine without a tokenizer cannot describe one
         return None, None
     tokenizer = getattr(engine, "tokenizer", None)
+    if isinstance(tokenizer, QwenTokenizer):
+        return "qwen2.5", None
     hf = getattr(tokenizer, "hf_tokenizer", None)
     path = getattr(hf, "name_or_path", None) or getattr(engine, "tokenizer_path", None)
     return ("hf" if hf is not None else None), (str(path) if path else None)

@@ -336,28 +336,31 @@ async def test_stats_count_requests_prompts_hits_and_cache(case: Case) -> None:
 # --- errors and closing ------------------------------------------------------------------------
 
 A = 65  # a byte id every engine's vocabulary has
-LIMIT = DEFAULT_MAX_CONTEXT  # the context of the fake engine and of the built-in presets
-OVER = (
-    f"prompt of {LIMIT + 1} tokens exceeds the model context of {LIMIT} tokens; shorten the "
-    "prompt (system, tools, transcript) or use a longer-context model"
-)
-PAST = (
-    f"prompt of {LIMIT - 2} tokens + max_tokens 10 exceeds the model context of {LIMIT} "
-    "tokens; lower max_tokens to at most 2 or shorten the prompt"
-)
 
 
 async def test_a_request_over_the_context_is_refused_before_any_work(case: Case) -> None:
+    from agentwarm.engines.local.model import PRESET_CONTEXT
+
     engine = case.engine
+    # The fake engine's context (also behind the server), or the built-in presets'.
+    limit = PRESET_CONTEXT if case.name == "local" else DEFAULT_MAX_CONTEXT
+    over = (
+        f"prompt of {limit + 1} tokens exceeds the model context of {limit} tokens; shorten the "
+        "prompt (system, tools, transcript) or use a longer-context model"
+    )
+    past = (
+        f"prompt of {limit - 2} tokens + max_tokens 10 exceeds the model context of {limit} "
+        "tokens; lower max_tokens to at most 2 or shorten the prompt"
+    )
     before = await engine.stats()
     # An over-long prompt's error states the request's max_tokens; through SGLang's wire the
     # message does not carry it (the client reports 0).
     over_max = 0 if case.name == "serve" else 1
     refused: list[tuple[InvalidRequest, tuple[int, int]]] = []
     for send, message, lengths in [
-        (lambda: engine.generate([A] * (LIMIT + 1), max_tokens=1), OVER, (LIMIT + 1, over_max)),
-        (lambda: engine.prefill([A] * (LIMIT + 1)), OVER, (LIMIT + 1, 0)),
-        (lambda: engine.generate([A] * (LIMIT - 2), max_tokens=10), PAST, (LIMIT - 2, 10)),
+        (lambda: engine.generate([A] * (limit + 1), max_tokens=1), over, (limit + 1, over_max)),
+        (lambda: engine.prefill([A] * (limit + 1)), over, (limit + 1, 0)),
+        (lambda: engine.generate([A] * (limit - 2), max_tokens=10), past, (limit - 2, 10)),
     ]:
         with pytest.raises(InvalidRequest) as info:
             await send()
@@ -366,7 +369,7 @@ async def test_a_request_over_the_context_is_refused_before_any_work(case: Case)
     assert delta(await engine.stats(), before)["requests"] == 0
     for error, (prompt_tokens, max_tokens) in refused:
         assert isinstance(error, ContextLengthExceeded)
-        assert (error.prompt_tokens, error.limit) == (prompt_tokens, LIMIT)
+        assert (error.prompt_tokens, error.limit) == (prompt_tokens, limit)
         assert error.max_tokens == max_tokens
 
 

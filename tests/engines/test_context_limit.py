@@ -32,9 +32,13 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[Engine]:
         yield eng
 
 
-async def test_default_context_is_the_presets(engine: Engine) -> None:
-    assert DEFAULT_MAX_CONTEXT == 8192
-    assert engine.max_context == DEFAULT_MAX_CONTEXT  # type: ignore[attr-defined]
+async def test_default_contexts(engine: Engine) -> None:
+    """The fake engine's default is 8,192 tokens; the built-in presets' 32,768."""
+    from agentwarm.engines.local.model import PRESET_CONTEXT
+
+    assert (DEFAULT_MAX_CONTEXT, PRESET_CONTEXT) == (8192, 32_768)
+    expected = DEFAULT_MAX_CONTEXT if isinstance(engine, FakeEngine) else PRESET_CONTEXT
+    assert engine.max_context == expected  # type: ignore[attr-defined]
 
 
 async def test_fake_engine_context_is_configurable() -> None:

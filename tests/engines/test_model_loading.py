@@ -1,4 +1,4 @@
-"""Loading presets and checkpoint directories; the built-in and HF tokenizers."""
+"""Loading presets and checkpoint directories; the built-in, Qwen2.5 and HF tokenizers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentwarm.engines.local.model import PRESETS, LoadedModel, load_model, preset_config
+from agentwarm.engines.local.model import (
+    PRESET_CONTEXT,
+    PRESETS,
+    LoadedModel,
+    load_model,
+    preset_config,
+)
 from agentwarm.engines.local.runner import ModelRunner
-from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
+from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, QwenTokenizer, Tokenizer
 from agentwarm.errors import EngineError
+
+TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
 
 @pytest.fixture(scope="module")
 def tiny() -> LoadedModel:
-    return load_model("tiny")
+    """The tiny shape with the byte tokenizer: small enough to save and reload quickly."""
+    return load_model("tiny-bytes")
 
 
 def logits_of(loaded: LoadedModel, ids: list[int]) -> torch.Tensor:
@@ -24,17 +33,33 @@ def logits_of(loaded: LoadedModel, ids: list[int]) -> torch.Tensor:
         return loaded.model(input_ids=torch.tensor([ids])).logits[0]
 
 
-def test_tiny_preset(tiny: LoadedModel) -> None:
+def test_tiny_preset_has_qwen2_5_tokenizer_and_a_32k_context() -> None:
+    tiny = load_model("tiny")
     params = sum(p.numel() for p in tiny.model.parameters())
-    assert 1_000_000 < params < 10_000_000
+    embedding = 151_936 * 256  # tied with the LM head
+    assert 1_000_000 < params - embedding < 10_000_000
     assert tiny.name == "tiny"
-    assert isinstance(tiny.tokenizer, ByteTokenizer)
-    assert tiny.config.vocab_size >= 259
-    assert tiny.max_context >= 8192
-    assert tiny.eos_token_id == ByteTokenizer.EOS
+    assert isinstance(tiny.tokenizer, QwenTokenizer)
+    assert tiny.config.vocab_size == 151_936 >= tiny.tokenizer.vocab_size
+    assert tiny.max_context == PRESET_CONTEXT == 32_768
+    assert tiny.eos_token_id == 151_645  # <|im_end|>
     assert not tiny.model.training
     assert all(not p.requires_grad for p in tiny.model.parameters())
     assert tiny.dtype == torch.float32 and tiny.device == torch.device("cpu")
+    ids = tiny.tokenizer.encode("<|im_start|>user\nhello<|im_end|>\n")
+    assert logits_of(tiny, ids).shape == (len(ids), 151_936)
+
+
+def test_tiny_bytes_preset(tiny: LoadedModel) -> None:
+    params = sum(p.numel() for p in tiny.model.parameters())
+    assert 1_000_000 < params < 10_000_000
+    assert tiny.name == "tiny-bytes"
+    assert isinstance(tiny.tokenizer, ByteTokenizer)
+    assert tiny.tokenizer.chat_template is None
+    assert tiny.config.vocab_size == 259
+    assert tiny.max_context == PRESET_CONTEXT
+    assert tiny.eos_token_id == ByteTokenizer.EOS
+    assert not tiny.model.training
 
 
 def test_presets_attend_with_sdpa(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,8 +79,8 @@ def test_presets_attend_with_sdpa(tiny: LoadedModel, monkeypatch: pytest.MonkeyP
 
 
 def test_presets_are_seeded(tiny: LoadedModel) -> None:
-    again = load_model("tiny", seed=0)
-    other = load_model("tiny", seed=1)
+    again = load_model("tiny-bytes", seed=0)
+    other = load_model("tiny-bytes", seed=1)
     ids = list(b"hello world")
     assert torch.equal(logits_of(tiny, ids), logits_of(again, ids))
     assert not torch.equal(logits_of(tiny, ids), logits_of(other, ids))
@@ -65,24 +90,39 @@ def test_preset_loading_leaves_global_rng_alone() -> None:
     torch.manual_seed(1234)
     expected = torch.rand(3)
     torch.manual_seed(1234)
-    load_model("tiny", seed=7)
+    load_model("tiny-bytes", seed=7)
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_small_preset_is_smollm_135m_shaped() -> None:
+def test_small_preset_is_smollm_135m_shaped_with_qwen2_5_vocabulary() -> None:
     config = preset_config("small")
     assert config.model_type == "llama"
     assert (config.hidden_size, config.num_hidden_layers) == (576, 30)
     assert (config.num_attention_heads, config.num_key_value_heads) == (9, 3)
-    assert (config.intermediate_size, config.vocab_size) == (1536, 49152)
-    assert config.max_position_embeddings == 8192
+    assert (config.intermediate_size, config.vocab_size) == (1536, 151_936)
+    assert config.max_position_embeddings == 32_768
     assert config.rope_parameters["rope_theta"] == 10000.0
+    assert preset_config("small-bytes").vocab_size == 259
     small = load_model("small")
     params = sum(p.numel() for p in small.model.parameters())
-    assert 134_000_000 < params < 135_000_000
+    smollm_body = 134_515_008 - 49_152 * 576  # SmolLM-135M less its embedding (tied)
+    assert params == smollm_body + 151_936 * 576
     assert small.model.config.architectures in (None, ["LlamaForCausalLM"])
     assert type(small.model).__name__ == "LlamaForCausalLM"
-    assert set(PRESETS) == {"tiny", "small"}
+    assert isinstance(small.tokenizer, QwenTokenizer)
+    assert set(PRESETS) == {"tiny", "small", "1b", "tiny-bytes", "small-bytes"}
+
+
+def test_1b_preset_is_llama_3_2_1b_shaped_with_qwen2_5_vocabulary() -> None:
+    """Only the config: its 1.2B random weights are for a GPU (benchmarks/gpu.sh)."""
+    config = preset_config("1b")
+    assert config.model_type == "llama"
+    assert (config.hidden_size, config.num_hidden_layers) == (2048, 16)
+    assert (config.num_attention_heads, config.num_key_value_heads) == (32, 8)
+    assert config.intermediate_size == 8192
+    assert config.tie_word_embeddings is True
+    assert (config.vocab_size, config.max_position_embeddings) == (151_936, 32_768)
+    assert config.eos_token_id == 151_645
 
 
 def test_unknown_preset_name() -> None:
@@ -220,6 +260,7 @@ def test_checkpoint_with_hf_tokenizer(tmp_path: Path, tiny: LoadedModel) -> None
     hf = PreTrainedTokenizerFast(
         tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
     )
+    hf.chat_template = TEMPLATE
     tiny.model.save_pretrained(tmp_path)
     hf.save_pretrained(tmp_path)
 
@@ -233,3 +274,4 @@ def test_checkpoint_with_hf_tokenizer(tmp_path: Path, tiny: LoadedModel) -> None
     assert tok.encode("hello") + tok.encode("cache") == tok.encode("hello cache")
     assert tok.decode([3, 2, 4]) == "hello world"
     assert tok.decode([5, 1000, -3]) == "agent"
+    assert (tok.chat_template, tok.bos_token, tok.eos_token) == (TEMPLATE, "<s>", "</s>")

@@ -466,6 +466,20 @@ async def test_from_url_reads_model_info_and_byte_tokenizer_hint() -> None:
     await engine.aclose()
 
 
+async def test_from_url_takes_the_qwen_tokenizer_hint_and_its_chat_template() -> None:
+    from agentwarm.chat import QWEN2_5
+
+    info = {"model_path": "tiny", "tokenizer_path": None, "agentwarm": {"tokenizer": "qwen2.5"}}
+    transport = httpx.MockTransport(model_server("/model_info", info))
+    engine = await SGLangEngine.from_url(URL, transport=transport)
+    assert engine.encode("how are you!") == [5158, 525, 498, 0]
+    assert engine.chat_template is QWEN2_5
+    await engine.aclose()
+    bytes_engine = SGLangEngine(URL, tokenizer="byte", transport=transport)
+    assert bytes_engine.chat_template is None
+    await bytes_engine.aclose()
+
+
 async def test_from_url_falls_back_to_get_model_info() -> None:
     info = {"model_path": "Qwen/Qwen2.5-0.5B", "tokenizer_path": None}
     transport = httpx.MockTransport(model_server("/get_model_info", info))

@@ -38,6 +38,12 @@ def local_server() -> Iterator[ServeProcess]:
         server.stop()
 
 
+def test_model_info_names_the_presets_built_in_tokenizer(local_server: ServeProcess) -> None:
+    """A client (``SGLangEngine.from_url``) then uses Qwen2.5's tokenizer and chat template."""
+    info = httpx.get(f"{local_server.url}/model_info", timeout=30).json()
+    assert (info["agentwarm"]["tokenizer"], info["tokenizer_path"]) == ("qwen2.5", None)
+
+
 async def first_event(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
     """Open a streaming /generate, read its first SSE event, then drop the connection."""
     body = {

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from agentwarm.engines.fake import FakeEngine
+from agentwarm.engines.local.model import PRESET_CONTEXT
 from agentwarm.server import ServerConfig, create_app
 from agentwarm.server.security import default_max_request_bytes
 from tests.conftest_server import ROOT, ServeProcess, serve
@@ -203,8 +204,9 @@ def test_default_limit_follows_the_model_context() -> None:
 
 @pytest.fixture(scope="module")
 def local_server() -> Iterator[ServeProcess]:
-    """The embedded engine (tiny preset: 8,192-token context) with the default body limit."""
-    with serve("--engine", "local", "--model", "tiny") as server:
+    """The embedded engine (tiny-bytes preset: 32,768-token context, 259 ids) with the default
+    body limit."""
+    with serve("--engine", "local", "--model", "tiny-bytes") as server:
         yield server
 
 
@@ -224,7 +226,8 @@ def raw_request(url: str, head: bytes) -> bytes:
 
 
 def test_default_limit_rejects_a_large_body_before_reading_it(local_server: ServeProcess) -> None:
-    limit = 196_608
+    limit = default_max_request_bytes(PRESET_CONTEXT)
+    assert limit == 589_824
     # Declared too large: answered 413 at once, without the body ever being sent.
     head = (
         b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -234,9 +237,9 @@ def test_default_limit_rejects_a_large_body_before_reading_it(local_server: Serv
     assert reply.startswith(b"HTTP/1.1 413")
     assert f"limit of {limit} bytes".encode() in reply
     with httpx.Client(base_url=local_server.url, timeout=30) as client:
-        # A whole context of 6-digit token ids (~64 KB) is not refused for its size: the engine
-        # answers (here: 400, ids outside the tiny vocabulary), not the body limit.
-        whole_context = {"input_ids": [151_643] * 8192, **PREFILL}
+        # A whole context of 6-digit token ids (~256 KB) is not refused for its size: the engine
+        # answers (here: 400, ids outside the byte vocabulary), not the body limit.
+        whole_context = {"input_ids": [151_643] * PRESET_CONTEXT, **PREFILL}
         resp = client.post("/generate", json=whole_context)
         assert resp.status_code == 400 and "vocabulary" in resp.json()["error"]["message"]
         over = b'{"input_ids": [' + b"1," * (limit // 2) + b"1]}"
@@ -250,7 +253,7 @@ def test_large_streamed_bodies_do_not_block_health(local_server: ServeProcess) -
     /health answers while all four are open and unanswered. Then each sends past the limit
     without ever ending its body, and each is answered 413: the limit is enforced while the body
     streams in, not after it has all been read and parsed."""
-    limit = default_max_request_bytes(8192)
+    limit = default_max_request_bytes(PRESET_CONTEXT)
     host, port = local_server.url.removeprefix("http://").split(":")
     piece = b"1," * 4096  # 8 KiB of the input_ids array
     head = (

@@ -3,9 +3,13 @@
 ``load_model(spec)`` accepts
 
 * a preset name (:data:`PRESETS`): a Llama-architecture config with seeded random weights and
-  the built-in :class:`~agentwarm.engines.tokenizers.ByteTokenizer`; nothing is downloaded.
-  ``tiny`` (~3M parameters) is for tests and demos, ``small`` is shaped like SmolLM-135M and is
-  for benchmarks;
+  a built-in tokenizer (:data:`PRESET_TOKENIZERS`); nothing is downloaded. ``tiny`` (4 layers of
+  256) is for tests and demos, ``small`` is shaped like SmolLM-135M and is for benchmarks, ``1b``
+  like Llama-3.2-1B (for a GPU); all three use Qwen2.5's tokenizer
+  (:class:`~agentwarm.engines.tokenizers.QwenTokenizer`, 151,936 embedding rows) and a context of
+  :data:`PRESET_CONTEXT` tokens (random weights: positions cost nothing). ``tiny-bytes`` and
+  ``small-bytes`` are the same shapes with the byte tokenizer
+  (:class:`~agentwarm.engines.tokenizers.ByteTokenizer`, no chat template), for tests about bytes;
 * a local directory holding a ``transformers`` causal-LM checkpoint (``config.json`` + weights),
   loaded with ``local_files_only=True``; its tokenizer is used when the directory has one, else
   the byte tokenizer.
@@ -26,45 +30,81 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentwarm.engines.base import DEFAULT_MAX_CONTEXT
-from agentwarm.engines.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
+from agentwarm.engines.tokenizers import (
+    QWEN2_5_EMBEDDINGS,
+    ByteTokenizer,
+    HFTokenizer,
+    QwenTokenizer,
+    Tokenizer,
+)
 from agentwarm.errors import EngineError
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-__all__ = ("PRESETS", "LoadedModel", "load_model", "preset_config")
+__all__ = (
+    "PRESETS",
+    "PRESET_CONTEXT",
+    "PRESET_TOKENIZERS",
+    "LoadedModel",
+    "load_model",
+    "preset_config",
+    "preset_tokenizer",
+)
 
 ATTN_IMPLEMENTATION = "sdpa"
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {
-        "hidden_size": 256,
-        "intermediate_size": 688,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": ByteTokenizer.VOCAB_SIZE,
-        "max_position_embeddings": DEFAULT_MAX_CONTEXT,
-        "rope_theta": 10000.0,
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": True,
-        "initializer_range": 0.05,
-    },
-    "small": {
-        "hidden_size": 576,
-        "intermediate_size": 1536,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "vocab_size": 49152,
-        "max_position_embeddings": DEFAULT_MAX_CONTEXT,
-        "rope_theta": 10000.0,
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": True,
-        "initializer_range": 0.02,
-    },
+PRESET_CONTEXT = 32_768
+"""Context of every preset: long enough for real agent transcripts (policy, tools, history)."""
+
+_TINY: dict[str, Any] = {
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rope_theta": 10000.0,
+    "initializer_range": 0.05,
 }
+_SMALL: dict[str, Any] = {  # SmolLM-135M
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "rope_theta": 10000.0,
+    "initializer_range": 0.02,
+}
+_1B: dict[str, Any] = {  # Llama-3.2-1B
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "rope_theta": 500000.0,
+    "initializer_range": 0.02,
+}
+_QWEN = {"vocab_size": QWEN2_5_EMBEDDINGS}
+_BYTES = {"vocab_size": ByteTokenizer.VOCAB_SIZE}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": _TINY | _QWEN,
+    "small": _SMALL | _QWEN,
+    "1b": _1B | _QWEN,
+    "tiny-bytes": _TINY | _BYTES,
+    "small-bytes": _SMALL | _BYTES,
+}
+"""The ``LlamaConfig`` fields of each preset that differ between presets (see
+:func:`preset_config` for the common ones)."""
+
+PRESET_TOKENIZERS: dict[str, str] = {
+    "tiny": "qwen2.5",
+    "small": "qwen2.5",
+    "1b": "qwen2.5",
+    "tiny-bytes": "byte",
+    "small-bytes": "byte",
+}
+"""The built-in tokenizer of each preset (a name :func:`preset_tokenizer` takes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +132,8 @@ class LoadedModel:
 
 
 def preset_config(name: str) -> PretrainedConfig:
-    """The ``transformers`` config of preset ``name``; raises ``EngineError`` for unknown names."""
+    """The ``transformers`` config of preset ``name`` (no weights are made); raises
+    ``EngineError`` for unknown names."""
     from transformers import LlamaConfig
 
     try:
@@ -102,13 +143,23 @@ def preset_config(name: str) -> PretrainedConfig:
             f"unknown model preset {name!r} (presets: {', '.join(PRESETS)}; "
             "or pass a local checkpoint directory)"
         ) from None
-    tok = ByteTokenizer()
+    tok = preset_tokenizer(name)
     return LlamaConfig(
         **params,
+        max_position_embeddings=PRESET_CONTEXT,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
+
+
+def preset_tokenizer(name: str) -> ByteTokenizer | QwenTokenizer:
+    """The tokenizer of preset ``name``: Qwen2.5's with its chat template, or the byte one."""
+    if PRESET_TOKENIZERS[name] == "byte":
+        return ByteTokenizer()
+    return QwenTokenizer()
 
 
 def load_model(
@@ -140,8 +191,7 @@ def _load_preset(
             config, attn_implementation=ATTN_IMPLEMENTATION, dtype=dtype
         )
     torch.nn.Module.to(model, device)
-    tokenizer = ByteTokenizer()
-    return _finish(model, tokenizer, name=name, where=f"preset {name!r}")
+    return _finish(model, preset_tokenizer(name), name=name, where=f"preset {name!r}")
 
 
 def _load_dir(path: Path, *, device: str | torch.device, dtype: torch.dtype) -> LoadedModel:
@@ -190,7 +240,7 @@ def _load_dir(path: Path, *, device: str | torch.device, dtype: torch.dtype) -> 
     except Exception as exc:
         raise EngineError(f"model directory {where}: cannot load weights: {exc}") from exc
     torch.nn.Module.to(model, device)
-    tokenizer: ByteTokenizer | HFTokenizer
+    tokenizer: Tokenizer
     if _has_tokenizer(path):
         try:
             tokenizer = HFTokenizer.from_dir(path)
@@ -211,9 +261,7 @@ def _has_tokenizer(path: Path) -> bool:
     return any((path / name).is_file() for name in names)
 
 
-def _finish(
-    model: PreTrainedModel, tokenizer: ByteTokenizer | HFTokenizer, *, name: str, where: str
-) -> LoadedModel:
+def _finish(model: PreTrainedModel, tokenizer: Tokenizer, *, name: str, where: str) -> LoadedModel:
     config = model.config
     _check_supported(model, where)
     if isinstance(tokenizer, ByteTokenizer) and tokenizer.vocab_size > config.vocab_size:
@@ -223,7 +271,7 @@ def _finish(
         )
     model.eval()
     model.requires_grad_(False)
-    eos: Any = tokenizer.eos_token_id
+    eos: Any = getattr(tokenizer, "eos_token_id", None)
     if eos is None:
         cfg_eos = getattr(config, "eos_token_id", None)
         eos = cfg_eos[0] if isinstance(cfg_eos, list) and cfg_eos else cfg_eos
