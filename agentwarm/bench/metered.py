@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from opentelemetry.trace import SpanKind
+
 from agentwarm.engines.base import (
     Completion,
     Engine,
@@ -58,9 +60,14 @@ class MeteredEngine(Engine):
         self.model_name = inner.model_name
         self.supports_promotion = inner.supports_promotion
         self.chat_template = inner.chat_template  # prompts are rendered as the engine's own
-        for attr in ("provider_name", "span_kind"):
-            if hasattr(inner, attr):
-                setattr(self, attr, getattr(inner, attr))
+
+    @property
+    def provider_name(self) -> str:
+        return self.inner.provider_name
+
+    @property
+    def span_kind(self) -> SpanKind:
+        return self.inner.span_kind
 
     def _ns(self, namespace: str) -> str:
         return f"{namespace}-{uuid.uuid4().hex}" if self.isolate else namespace

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, final
 
 from opentelemetry.trace import SpanKind
 
-from agentwarm import telemetry as tm
 from agentwarm.errors import ContextLengthExceeded
 
 if TYPE_CHECKING:
@@ -224,6 +223,14 @@ class GenerateParams:
     seed: int | None = None
 
 
+#: The keyword entry points of :class:`Engine` and the params form each one calls.
+_KEYWORD_METHODS = (
+    ("prefill", "prefill_with"),
+    ("generate", "generate_with"),
+    ("generate_stream", "stream_with"),
+)
+
+
 class Engine(ABC):
     """Abstract inference engine. See the module docstring for the rules implementations keep.
 
@@ -243,11 +250,29 @@ class Engine(ABC):
     """
 
     model_name: str = "unknown"
-    #: ``gen_ai.provider.name`` of this engine's ``text_completion`` spans (DESIGN §6).
-    provider_name: str = tm.PROVIDER_LOCAL
-    #: Kind of those spans: ``INTERNAL`` for an engine in this process, ``CLIENT`` for a remote
-    #: server (the span then stands for the request on the wire).
-    span_kind: SpanKind = SpanKind.INTERNAL
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for method, form in _KEYWORD_METHODS:
+            if method in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__qualname__} overrides Engine.{method}, which only builds the "
+                    f"params object: implement {form}(ids, params) instead (wrappers call the "
+                    f"params form and would skip an override of {method})"
+                )
+
+    @property
+    @abstractmethod
+    def provider_name(self) -> str:
+        """``gen_ai.provider.name`` of this engine's ``text_completion`` spans (DESIGN §6):
+        every engine class says its own (a class attribute will do), none is assumed."""
+
+    @property
+    @abstractmethod
+    def span_kind(self) -> SpanKind:
+        """Kind of those spans: ``INTERNAL`` for an engine in this process, ``CLIENT`` for a
+        remote server (the span then stands for the request on the wire)."""
+
     #: True when a live request reuses an in-flight speculative prefill of its prefix (so the
     #: runtime need not wait for that prefill before sending the live request).
     supports_promotion: bool = False

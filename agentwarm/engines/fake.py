@@ -24,6 +24,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from opentelemetry.trace import SpanKind
+
+from agentwarm import telemetry as tm
 from agentwarm.engines.base import (
     DEFAULT_MAX_CONTEXT,
     Completion,
@@ -108,7 +111,8 @@ class FakeEngine(Engine):
     """
 
     supports_promotion = True
-    provider_name = "agentwarm.fake"
+    provider_name = tm.PROVIDER_FAKE
+    span_kind = SpanKind.INTERNAL
 
     def __init__(
         self,

@@ -32,6 +32,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from opentelemetry.trace import SpanKind
+
 from agentwarm.engines.base import (
     Completion,
     Engine,
@@ -145,7 +147,17 @@ class MultiWorkerEngine(Engine):
                 f"span kind), got {sorted((p, k.name) for p, k in kinds)}"
             )
         # The spans of a routed request are those of the worker that serves it.
-        self.provider_name, self.span_kind = kinds.pop()
+        self._provider_name, self._span_kind = kinds.pop()
+
+    @property
+    def provider_name(self) -> str:
+        """The workers' provider name (they are engines of one kind)."""
+        return self._provider_name
+
+    @property
+    def span_kind(self) -> SpanKind:
+        """The workers' span kind."""
+        return self._span_kind
 
     @classmethod
     async def from_urls(cls, urls: Sequence[str], **kwargs: Any) -> MultiWorkerEngine:

@@ -53,6 +53,7 @@ __all__ = (
     "OP_INVOKE_AGENT",
     "OP_INVOKE_WORKFLOW",
     "OP_TEXT_COMPLETION",
+    "PROVIDER_FAKE",
     "PROVIDER_LOCAL",
     "PROVIDER_SGLANG",
     "SPAN_LLM",
@@ -93,6 +94,7 @@ GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 
 PROVIDER_LOCAL = "agentwarm.local"
 PROVIDER_SGLANG = "sglang"
+PROVIDER_FAKE = "agentwarm.fake"
 
 # --- agentwarm attribute keys ------------------------------------------------------------------
 AW_WORKFLOW = "agentwarm.workflow"
