@@ -71,7 +71,7 @@ class PrefillStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PrefillResult:
-    """Outcome of a prefill-only request.
+    """Result of a prefill-only request.
 
     ``cached_tokens`` were already in the cache when the request was scheduled;
     ``computed_tokens`` were computed by this request (fewer than ``prompt_tokens - cached_tokens``
