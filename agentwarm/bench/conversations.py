@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from agentwarm import _jsonfile
 from agentwarm._spec import END, START
 from agentwarm.bench.inputs import Episode
+from agentwarm.chat import Message
 from agentwarm.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ __all__ = (
     "step_turns",
     "tools_beside",
 )
-
-Message = dict[str, Any]
 
 RESPOND = "respond"
 """The step of an assistant turn that answers in text (calls no tool)."""

@@ -22,7 +22,6 @@ from typing import Any
 from agentwarm.bench.config import BenchConfig
 from agentwarm.bench.conversations import (
     RESPOND,
-    Message,
     load_conversations,
     shared_policy,
     tools_beside,
@@ -37,6 +36,7 @@ from agentwarm.bench.inputs import (
 from agentwarm.bench.modes import ModeRun, run_mode
 from agentwarm.bench.report import BenchReport
 from agentwarm.bench.workload import ThinkTime, Workload
+from agentwarm.chat import Message
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentwarm._spec import END, NodeSpec
 from agentwarm.bench import prompts
-from agentwarm.bench.conversations import Message, add_message, step_turns
+from agentwarm.bench.conversations import add_message, step_turns
 from agentwarm.bench.inputs import Episode
+from agentwarm.chat import Message
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.graphs import node
