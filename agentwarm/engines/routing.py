@@ -139,6 +139,7 @@ class MultiWorkerEngine(Engine):
         self._aborted: set[str] = set()
         first = named[0][1]
         self.model_name = first.model_name
+        self.chat_template = first.chat_template  # all workers serve one model
         self.supports_promotion = all(e.supports_promotion for _, e in named)
         kinds = {(e.provider_name, e.span_kind) for _, e in named}
         if len(kinds) > 1:

@@ -218,3 +218,12 @@ async def test_urls_become_sglang_engines() -> None:
     with pytest.raises(EngineUnavailable, match="cannot reach"):
         await engine.prefill([1, 2], session="s")
     await engine.aclose()
+
+
+async def test_the_workers_chat_template_is_the_engines() -> None:
+    from agentwarm.chat import QWEN2_5
+
+    engine = MultiWorkerEngine(["http://127.0.0.1:1", "http://127.0.0.1:2"], tokenizer="qwen2.5")
+    assert engine.chat_template is QWEN2_5
+    await engine.aclose()
+    assert MultiWorkerEngine([FakeEngine()]).chat_template is None
