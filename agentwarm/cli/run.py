@@ -154,7 +154,14 @@ def run(
         str, typer.Option("--engine", help="local | fake | http://HOST:PORT[,URL...]")
     ] = "local",
     model: Annotated[
-        str, typer.Option("--model", help="Model preset (tiny, small) or checkpoint dir.")
+        str,
+        typer.Option(
+            "--model",
+            help=(
+                "Model preset (tiny, small, 1b; tiny-bytes, small-bytes: byte tokenizer) "
+                "or checkpoint dir."
+            ),
+        ),
     ] = "tiny",
     device: Annotated[
         str | None,

@@ -20,7 +20,12 @@ __all__ = ("serve",)
 
 def serve(
     model: str = typer.Option(
-        "tiny", "--model", help="Preset name (tiny, small) or a local checkpoint directory."
+        "tiny",
+        "--model",
+        help=(
+            "Preset name (tiny, small, 1b; tiny-bytes, small-bytes: byte tokenizer) or a local "
+            "checkpoint directory."
+        ),
     ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind; anything but loopback needs --api-key."
