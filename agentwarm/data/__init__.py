@@ -11,6 +11,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
 from agentwarm import _jsonfile
 from agentwarm.errors import ConfigError
 
@@ -18,6 +20,15 @@ __all__ = ("TAU2_RETAIL_STEPS", "load_trajectories")
 
 #: File name of the packaged tau2-bench retail step sequences.
 TAU2_RETAIL_STEPS = "tau2_retail_steps.jsonl"
+
+
+class _Trajectory(BaseModel):
+    """One line of a trajectory file: an object whose ``"steps"`` is a list of strings (other
+    keys are ignored)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    steps: list[StrictStr] = Field(strict=True)
 
 
 def load_trajectories(path: str | os.PathLike[str] | None = None) -> list[list[str]]:
@@ -51,8 +62,11 @@ def load_trajectories(path: str | os.PathLike[str] | None = None) -> list[list[s
             record = _jsonfile.loads(line)
         except _jsonfile.JSONTextError as exc:
             raise ConfigError(f"{name}:{lineno}: {exc}") from exc
-        steps = record.get("steps") if isinstance(record, dict) else None
-        if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
-            raise ConfigError(f'{name}:{lineno}: expected an object with a "steps" list of strings')
-        trajectories.append(list(steps))
+        try:
+            trajectory = _Trajectory.model_validate(record)
+        except ValidationError:
+            raise ConfigError(
+                f'{name}:{lineno}: expected an object with a "steps" list of strings'
+            ) from None
+        trajectories.append(trajectory.steps)
     return trajectories

@@ -1,8 +1,10 @@
 """Trace values that are not finite or make no sense are skipped with a per-line warning.
 
 A step or prefill span whose TTFT is ``Infinity``/``NaN``/negative, whose token count or index is
-negative, fractional or beyond :data:`MAX_COUNT`, or whose probability is outside 0..1 is one
-:class:`Problem`; ``agentwarm stats --json`` always prints strict JSON.
+negative, fractional or beyond :data:`MAX_COUNT`, whose probability is outside 0..1, whose kind
+or outcome is not a PrefetchKind / PrefetchOutcome value, or whose required name is not a
+string, and a workflow span whose end steps are not step indices, is one :class:`Problem`;
+``agentwarm stats --json`` always prints strict JSON.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typer.testing import CliRunner
 from agentwarm import START
 from agentwarm import telemetry as tm
 from agentwarm.cli import app
+from agentwarm.runtime import PrefetchKind, PrefetchOutcome
 from agentwarm.stats import MAX_COUNT, read_traces
-from tests.stats.test_traces import prefill, step
+from tests.stats.test_traces import prefill, span, step
 
 runner = CliRunner()
 
@@ -54,11 +57,44 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("prefill", tm.AW_PREFILL_PROBABILITY, -0.1, "is negative: -0.1"),
     ("prefill", tm.AW_PREFILL_PROBABILITY, math.nan, "is not a finite number: nan"),
     ("prefill", tm.AW_PREFILL_RANK, -1, "is negative: -1"),
+    ("step", tm.AW_STEP_TTFT, [1], "is not a number: [1]"),
+    ("step", tm.AW_STEP_PROMPT_TOKENS, True, "is not an integer: True"),
+    ("prefill", tm.AW_PREFILL_KIND, "guess", "is not 'speculative' or 'confirmed': 'guess'"),
+    (
+        "prefill",
+        tm.AW_PREFILL_OUTCOME,
+        "lost",
+        "is not 'hit', 'wasted', 'cancelled', 'failed' or 'dropped': 'lost'",
+    ),
+    (
+        "prefill",
+        tm.AW_PREFILL_OUTCOME,
+        5,
+        "is not 'hit', 'wasted', 'cancelled', 'failed' or 'dropped': 5",
+    ),
+    ("workflow", tm.AW_RUN_END_STEPS, [1, True], "is not a list of step indices: [1, True]"),
+    ("workflow", tm.AW_RUN_END_STEPS, "2", "is not a list of step indices: '2'"),
+]
+
+#: (span kind, a required name attribute, a value that is not a non-empty string)
+BAD_NAMES: list[tuple[str, str, Any]] = [
+    ("step", tm.AW_STEP_NODE, 5),
+    ("step", tm.AW_STEP_FROM, ""),
+    ("prefill", tm.AW_PREFILL_SOURCE, None),
+    ("prefill", tm.AW_PREFILL_TARGET, ["b"]),
+    ("prefill", tm.AW_PREFILL_KIND, None),  # kind: not a PrefetchKind
+    ("workflow", tm.AW_RUN_ID, 7),
 ]
 
 
 def _span(kind: str, key: str, value: Any) -> dict[str, Any]:
-    rec = step("r1", 1, "a", "b", ttft=0.5) if kind == "step" else prefill("r1", "a", "b", "hit", 5)
+    if kind == "step":
+        rec = step("r1", 1, "a", "b", ttft=0.5)
+    elif kind == "prefill":
+        rec = prefill("r1", "a", "b", "hit", 5)
+    else:
+        attrs = {**tm.workflow_attributes("wf", "r1"), **tm.workflow_result_attributes([1])}
+        rec = span(tm.workflow_span_name("wf"), attrs, "r1")
     rec["attributes"][key] = value
     return rec
 
@@ -77,7 +113,45 @@ def test_bad_value_skips_the_span_with_its_line(
     path = _write(tmp_path / "t.jsonl", [first, _span(kind, key, value), step("r1", 2, "b", "c")])
     data = read_traces([path])
     assert [(p.line, p.message) for p in data.problems] == [(2, f"'{key}' {problem}")]
-    assert (len(data.steps), len(data.prefills)) == (2, 0)
+    assert (len(data.steps), len(data.prefills), len(data.runs)) == (2, 0, 0)
+
+
+@pytest.mark.parametrize(("kind", "key", "value"), BAD_NAMES)
+def test_a_required_name_that_is_not_a_string_skips_the_span(
+    tmp_path: Path, kind: str, key: str, value: Any
+) -> None:
+    first = step("r1", 0, START, "a", ttft=0.25)
+    path = _write(tmp_path / "t.jsonl", [first, _span(kind, key, value)])
+    data = read_traces([path])
+    if key == tm.AW_PREFILL_KIND:
+        problem = f"'{key}' is not 'speculative' or 'confirmed': None"
+    else:
+        problem = f"{kind} span without a string '{key}'"
+    assert [(p.line, p.message) for p in data.problems] == [(2, problem)]
+    assert (len(data.steps), len(data.prefills), len(data.runs)) == (1, 0, 0)
+
+
+def test_prefill_kind_and_outcome_are_read_as_their_enums(tmp_path: Path) -> None:
+    no_outcome = prefill("r1", "a", "c", "wasted", 3, kind=PrefetchKind.CONFIRMED)
+    del no_outcome["attributes"][tm.AW_PREFILL_OUTCOME]
+    records = [prefill("r1", "a", "b", "hit", 5), no_outcome]
+    data = read_traces([_write(tmp_path / "t.jsonl", records)])
+    assert data.problems == []
+    assert [(p.kind, p.outcome) for p in data.prefills] == [
+        (PrefetchKind.SPECULATIVE, PrefetchOutcome.HIT),
+        (PrefetchKind.CONFIRMED, None),
+    ]
+    assert all(isinstance(p.kind, PrefetchKind) for p in data.prefills)
+    assert isinstance(data.prefills[0].outcome, PrefetchOutcome)
+
+
+def test_a_run_span_is_read(tmp_path: Path) -> None:
+    run = _span("workflow", tm.AW_RUN_END_STEPS, [1, 2])
+    data = read_traces([_write(tmp_path / "t.jsonl", [run])])
+    assert data.problems == []
+    assert [(r.workflow, r.run_id, r.completed, r.end_steps) for r in data.runs] == [
+        ("wf", "r1", True, (1, 2))
+    ]
 
 
 @pytest.mark.parametrize(
