@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 
 from agentwarm.cli import app
 from agentwarm.predictors.store import PredictorStore
-from tests.test_tracestats import step
+from tests.stats.test_traces import step
 
 runner = CliRunner()
 
