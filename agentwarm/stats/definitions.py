@@ -76,7 +76,7 @@ class PrefillLike(Protocol):
     """What the definitions need of a prefill (``runtime.records.PrefetchRecord`` and
     ``stats.traces.PrefillSpan`` qualify). ``kind`` and ``outcome`` hold the values of
     :class:`~agentwarm._spec.PrefetchKind` and :class:`~agentwarm._spec.PrefetchOutcome` (a
-    trace may hold other strings: they match no member)."""
+    trace line with any other value is skipped, with a warning, when the trace is read)."""
 
     @property
     def kind(self) -> str: ...
