@@ -5,7 +5,10 @@ user's opening turn) precedes them. Every node declares every step and ``END`` a
 successors, so the graph says nothing about which tool follows which: only the predictor's
 learning does. A node replays its episode: one LLM call with a short output, a simulated tool
 result appended to the transcript, a simulated tool / user think time, then it returns the
-episode's next step.
+episode's next step. A real conversation (:mod:`agentwarm.bench.conversations`) is replayed
+with its own messages instead: the entry node adds the opening user turn(s) and calls no
+model; every other node calls the model on the real conversation so far (its reply is not
+recorded), then adds the real assistant turn, tool results and user turns that followed.
 
 Prompt layouts (:data:`LAYOUTS`):
 
@@ -15,7 +18,7 @@ Prompt layouts (:data:`LAYOUTS`):
 * ``shared`` — one ReAct agent: ``[policy][all tool schemas][transcript]`` for every node.
   Reactive caching already reuses almost everything; speculation must not cost latency here.
 
-Everything random (prompt text, tool results, think times) is a pure function of the seed, the
+Everything random (generated text, tool results, think times) is a pure function of the seed, the
 episode id and the step index, so every mode replays exactly the same episodes. The episodes
 and the optional policy / tool files are read by :mod:`agentwarm.bench.inputs`.
 """
