@@ -1,6 +1,6 @@
 """Benchmark figures: per-mode statistics, the headline ratios, a table, JSON and a TTFT plot.
 
-Definitions (the runtime's, see :mod:`agentwarm.runtime.result`):
+Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and traces):
 
 * TTFT: time to first token of each step's LLM call, as the node saw it.
 * makespan: wall time of one episode (one workflow run), averaged over episodes; for baselines
@@ -32,6 +32,7 @@ from rich.table import Table
 from agentwarm.bench.modes import MODES, ModeRun
 from agentwarm.errors import ConfigError
 from agentwarm.runtime import summarize
+from agentwarm.stats.definitions import has_previous
 
 __all__ = ("BenchReport", "headline", "mode_figures", "require_matplotlib")
 
@@ -54,7 +55,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
     miss = [
         st.ttft_s
         for st in steps
-        if not st.prefetched and st.outcome != "none" and st.ttft_s is not None
+        if not st.prefetched and has_previous(st) and st.ttft_s is not None
     ]
     prompt = s["prompt_tokens"]
     think = run.accounted_think_s or [0.0] * len(run.results)
@@ -64,7 +65,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
     live_other = [
         st.prompt_tokens - st.cached_tokens
         for st in steps
-        if not st.prefetched and st.outcome != "none"
+        if not st.prefetched and has_previous(st)
     ]
     return {
         "episodes": len(run.results),
