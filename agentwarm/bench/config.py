@@ -142,12 +142,12 @@ PROFILES: dict[str, Profile] = {
         name="full",
         model="small",
         description=(
-            "small preset (SmolLM-135M shape), 6 test episodes of at most 8 steps each, "
+            "small preset (SmolLM-135M shape), 5 test episodes of at most 8 steps each, "
             "1-5k-token prompts, seconds of think time: sized to finish in 30 minutes on "
             "2 CPU cores, real conversations included"
         ),
         config=BenchConfig(
-            episodes=6,
+            episodes=5,
             max_steps=8,
             think="lognormal:mean=4.0,sigma=0.5",
             sizes=PromptSizes(

@@ -54,7 +54,7 @@ def bench(
         typer.Option(
             "--profile",
             help="quick (tiny model, 6 episodes of <= 6 steps: CI smoke test) | full (small "
-            "model, 6 episodes of <= 8 steps: <= 30 min on 2 cores).",
+            "model, 5 episodes of <= 8 steps: <= 30 min on 2 cores).",
         ),
     ] = "quick",
     trajectories: Annotated[
