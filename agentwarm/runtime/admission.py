@@ -246,10 +246,6 @@ class RunAdmission:
     def preempted(self) -> int:
         return self.admission.preempted
 
-    @property
-    def capacity_tokens(self) -> int | None:
-        return self.admission.capacity_tokens
-
 
 def _set(done: asyncio.Future[None]) -> None:
     if not done.done():

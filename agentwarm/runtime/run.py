@@ -147,7 +147,6 @@ class Run:
             admission=admission.bind(limits),
             run_id=self.run_id,
             namespace=self.namespace,
-            capacity_tokens=admission.capacity_tokens,
         )
         with self.tracer.start_as_current_span(
             tm.workflow_span_name(self.workflow.name),

@@ -61,7 +61,6 @@ class Prefetcher:
         admission: RunAdmission,
         run_id: str,
         namespace: str,
-        capacity_tokens: int | None,
     ) -> None:
         self.workflow = workflow
         self.engine = engine
@@ -74,8 +73,8 @@ class Prefetcher:
         self.run_id = run_id
         self.namespace = namespace
         self.budget = policy.max_prefetch_tokens
-        if capacity_tokens:
-            self.budget = min(self.budget, int(capacity_tokens * policy.capacity_fraction))
+        if admission.limits.max_tokens is not None:  # the run's share of the engine's cache
+            self.budget = min(self.budget, admission.limits.max_tokens)
         self._tracer = tm.get_tracer()
         self._instruments = tm.instruments()
         self._sender = Sender(
