@@ -15,7 +15,6 @@ real ``k``-th assistant turn and the tool results and user turns that followed i
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,32 +143,15 @@ def tools_beside(path: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def _arguments(call: Message) -> Any:
-    """A tool call's arguments as a value (OpenAI sends them as a JSON string)."""
-    args = call["function"].get("arguments", {})
-    if isinstance(args, str):
-        try:
-            return _jsonfile.loads(args)
-        except _jsonfile.JSONTextError:
-            return args
-    return args
-
-
 def add_message(ctx: Context, message: Message) -> None:
-    """Add a real message to the run's transcript with its role (a tool result with the id
-    of the call it answers and the tool's name). An assistant turn's tool calls are written
-    after its text as JSON objects ``{"name", "arguments"}``, one a line."""
+    """Add a real message to the run's transcript as it was: its role, an assistant turn's
+    ``tool_calls`` (rendered by the chat template as the model family writes them) and a tool
+    result's ``tool_call_id`` and tool name."""
     role = message["role"]
-    content = message.get("content") or ""
-    if role == "assistant":
-        calls = [
-            json.dumps({"name": c["function"]["name"], "arguments": _arguments(c)})
-            for c in message.get("tool_calls") or ()
-        ]
-        content = "\n".join(x for x in (content, *calls) if x)
-    elif role == "tool":
-        ctx.add(
-            content, role=role, tool_call_id=message.get("tool_call_id"), name=message.get("name")
-        )
-        return
-    ctx.add(content, role=role)
+    ctx.add(
+        message.get("content") or "",
+        role=role,
+        tool_call_id=message.get("tool_call_id") if role == "tool" else None,
+        name=message.get("name") if role == "tool" else None,
+        tool_calls=message.get("tool_calls") or () if role == "assistant" else (),
+    )

@@ -8,12 +8,15 @@
                                                   ASCII), when there are tools
     <|{role} {node}|>\\n{content}\\n              every other message; `` {node}`` only when the
                                                   message has a ``"node"`` key
+    {"name":...,"arguments":...}\\n              after an assistant message's content (which is
+                                                  then left out when empty), one line per tool
+                                                  call (ASCII JSON, arguments as given)
     <|assistant {node}|>\\n                       the generation prompt; `` {node}`` from the
                                                   template variable ``node``
 
 This is the format agentwarm used before it rendered chat templates (``runtime/prompt.py`` and
 ``runtime/transcript.py``): with the byte tokenizer, :func:`~agentwarm.chat.render_ids` gives the
-same ids. Assistant ``tool_calls`` are not rendered (the model's reply text holds them).
+same ids (that format had no tool-call lines: the runtime recorded a reply's calls in its text).
 """
 
 from __future__ import annotations
@@ -46,7 +49,14 @@ FALLBACK_SOURCE = (
     "{{- tool_lines() -}}"
     "{%- for message in rest -%}"
     "{{- header(message.role, message.node) -}}"
-    "{{- (message.content if message.content is string else '') + '\\n' -}}"
+    "{%- set content = message.content if message.content is string else '' -%}"
+    "{%- if content or not message.tool_calls -%}"
+    "{{- content + '\\n' -}}"
+    "{%- endif -%}"
+    "{%- for call in message.tool_calls or [] -%}"
+    "{{- {'name': call.function.name, 'arguments': call.function.arguments}"
+    " | tojson(ensure_ascii=true, separators=(',', ':')) + '\\n' -}}"
+    "{%- endfor -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
     "{{- header('assistant', node) -}}"

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
 
-from agentwarm.runtime.transcript import Transcript
+from agentwarm.runtime.transcript import Transcript, check_tool_calls
 
 if TYPE_CHECKING:
     from agentwarm.engines.base import Completion
@@ -107,17 +108,30 @@ class Context:
         role: str = "tool",
         tool_call_id: str | None = None,
         name: str | None = None,
+        tool_calls: Sequence[dict[str, Any]] = (),
     ) -> None:
         """Append a message (a tool result, an observation) to the shared transcript.
 
         By default it is a ``tool`` message; ``tool_call_id`` names the call it answers (the
         ``id`` of one of ``Completion.tool_calls``) and ``name`` the tool, for chat templates
-        that render them. The prefetched prefixes of the likely next steps are extended with it
-        at once, so a tool result that arrives while the step waits (a user's reply, a slow
-        tool) is cached too.
+        that render them. ``tool_calls`` (``role="assistant"`` only) are the calls an assistant
+        message made, in OpenAI's form ``{"id", "type": "function", "function": {"name",
+        "arguments"}}`` — e.g. to replay a recorded conversation or add another model's turn.
+        The prefetched prefixes of the likely next steps are extended with it at once, so a tool
+        result that arrives while the step waits (a user's reply, a slow tool) is cached too.
+
+        Raises :class:`~agentwarm.errors.ConfigError` for ``tool_calls`` on another role or
+        a call without a ``function.name``.
         """
+        if tool_calls:
+            check_tool_calls(role, tool_calls)
         self.transcript.add(
-            content, role=role, node=self.node, tool_call_id=tool_call_id, name=name
+            content,
+            role=role,
+            node=self.node,
+            tool_call_id=tool_call_id,
+            name=name,
+            tool_calls=tool_calls,
         )
         grew = functools.partial(self._run.transcript_grew, self._scope)
         try:

@@ -16,7 +16,8 @@ piece, not once per message boundary per step:
 
 * :data:`~agentwarm.chat.FALLBACK` renders each message on its own, as a header, the content
   verbatim and a newline: the header and trailer of each (role, node) and each node's system
-  and tools are rendered once per process, and each message is encoded once per run.
+  and tools are rendered once per process, and each message is encoded once per run (a message
+  with tool calls is rendered whole, once).
 * Any other template may look at neighbouring messages, so it is rendered whole — once per
   node each time the transcript grew, and once per live request — and only the text that grew
   is encoded. When a rendering does not extend the one before (the template is not
@@ -184,6 +185,10 @@ class PromptRenderer:
                 and pending[:2] == (entry.content, entry.node)
             ):
                 done.append(pending[2])  # the step's text, now recorded
+                continue
+            if entry.tool_calls:  # rendered whole: the calls follow the content
+                text = FALLBACK.render([NO_SYSTEM, entry.message()], add_generation_prompt=False)
+                done.append(self._encode(text))
                 continue
             before, after = _fallback_around(entry.role, entry.node)
             done.append(self._encode(before + entry.content + after))

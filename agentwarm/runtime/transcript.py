@@ -7,8 +7,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentwarm.chat import FALLBACK, Message
+from agentwarm.errors import ConfigError
 
-__all__ = ("Entry", "Transcript")
+__all__ = ("Entry", "Transcript", "check_tool_calls")
+
+
+def check_tool_calls(role: str, calls: Sequence[Any]) -> None:
+    """Raise :class:`~agentwarm.errors.ConfigError` unless ``calls`` can be an assistant
+    message's ``tool_calls``: the role is ``assistant`` and each call is OpenAI's
+    ``{"function": {"name": str, "arguments": str | dict}, ...}``."""
+    if role != "assistant":
+        raise ConfigError(
+            f"tool_calls belong to an assistant message, not a {role!r} one: "
+            'add them with role="assistant"'
+        )
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        ok = (
+            isinstance(fn, dict)
+            and isinstance(fn.get("name"), str)
+            and bool(fn["name"])
+            and isinstance(fn.get("arguments", {}), str | dict)
+        )
+        if not ok:
+            raise ConfigError(
+                f"tool_calls[{i}] is not an OpenAI tool call: expected "
+                '{"id": ..., "type": "function", "function": {"name": str, "arguments": '
+                f"JSON string or object}}}}, got {call!r:.200}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,7 +96,9 @@ async def test_the_replay_follows_the_conversation_and_prompts_hold_its_real_mes
 
 async def test_prompts_are_rendered_with_the_engine_chat_template() -> None:
     template = ChatTemplate(
-        "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}<call {{ c.function.name }} {{ c.function.arguments | tojson }}>"
+        "{% endfor %}{% endfor %}"
         "{% if add_generation_prompt %}[assistant]{% endif %}",
         name="test-brackets",
     )
@@ -114,6 +116,8 @@ async def test_prompts_are_rendered_with_the_engine_chat_template() -> None:
         assert prompt.startswith("[system]# Airline Agent Policy")
         assert prompt.endswith("[assistant]") and "[user]" in prompt
         assert "<|" not in prompt  # nothing of the fallback format
+    # The real assistant turns' tool calls reach the template as calls, arguments parsed.
+    assert any('<call get_reservation_details {"reservation_id": "H9ZU1C"}>' in p for p in prompts)
 
 
 async def test_max_steps_replays_the_first_steps_of_each_conversation() -> None:

@@ -125,3 +125,21 @@ def test_without_node_the_generation_header_is_untagged() -> None:
     text = FALLBACK.render([{"role": "user", "content": "hi"}])
     assert text == "<|user|>\nhi\n<|assistant|>\n"
     assert FALLBACK.render([], tools=None, add_generation_prompt=False) == ""
+
+
+def test_assistant_tool_calls_are_one_json_line_each_after_the_content() -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_user", "arguments": '{"user_id": "mia_kim_4397", "n": "\u00e9"}'},
+    }
+    messages = [
+        {"role": "system", "content": ""},
+        {"role": "assistant", "content": None, "node": "a", "tool_calls": [call]},
+        {"role": "assistant", "content": "Looking.", "tool_calls": [call, call]},
+        {"role": "assistant", "content": "Done."},  # no calls: the historic rendering
+    ]
+    line = '{"name":"get_user","arguments":{"user_id":"mia_kim_4397","n":"\\u00e9"}}\n'
+    assert FALLBACK.render(messages, add_generation_prompt=False) == (
+        f"<|assistant a|>\n{line}<|assistant|>\nLooking.\n{line}{line}<|assistant|>\nDone.\n"
+    )

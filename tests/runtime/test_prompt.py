@@ -21,6 +21,7 @@ from agentwarm import END, Context, FakeEngine, WorkflowGraph, node
 from agentwarm.chat import QWEN2_5 as QWEN
 from agentwarm.chat import ChatTemplate, PrefixUnstableWarning
 from agentwarm.engines import Completion, GenerateParams, PrefillParams, PrefillResult
+from agentwarm.errors import ConfigError, NodeError
 from agentwarm.runtime.prompt import PromptRenderer
 from agentwarm.runtime.transcript import Transcript
 from tests.chat.families import FAMILIES
@@ -267,3 +268,74 @@ def test_a_template_that_is_not_prefix_stable_prefetches_the_stable_part() -> No
             assert live == engine.encode(text)
     unstable = [w for w in caught if issubclass(w.category, PrefixUnstableWarning)]
     assert len(unstable) == 1 and template.name in str(unstable[0].message)
+
+
+REPLAYED_CALL: dict[str, Any] = {
+    "id": "call_9",
+    "type": "function",
+    "function": {"name": "lookup_order", "arguments": '{"order": 4471}'},
+}
+
+
+def replay_workflow() -> WorkflowGraph:
+    """Adds a recorded assistant turn with a tool call and its result, then calls the model."""
+
+    @node(name="replay", entry=True, system="You look orders up.", tools=[ORDER_TOOL], next=[END])
+    async def replay(ctx: Context) -> str:
+        ctx.add("Where is my order 4471?", role="user")
+        ctx.add("", role="assistant", tool_calls=[REPLAYED_CALL])
+        ctx.add(TOOL_RESULT, tool_call_id="call_9", name="lookup_order")
+        await ctx.llm(max_tokens=4)
+        return END
+
+    return WorkflowGraph("replay").add(replay)
+
+
+async def test_context_add_records_assistant_tool_calls_as_the_template_renders_them() -> None:
+    engine = TemplateEngine(QWEN)
+    await replay_workflow().compile().run("", engine=engine)
+    messages = [
+        {"role": "system", "content": "You look orders up."},
+        {"role": "user", "content": "Where is my order 4471?"},
+        {"role": "assistant", "content": "", "tool_calls": [REPLAYED_CALL]},
+        {"role": "tool", "content": TOOL_RESULT, "tool_call_id": "call_9", "name": "lookup_order"},
+    ]
+    text = QWEN.render(messages, tools=[ORDER_TOOL], add_generation_prompt=True)
+    assert engine.live == [engine.encode(text)]
+    call = '<tool_call>\n{"name": "lookup_order", "arguments": {"order": 4471}}\n</tool_call>'
+    assert call in text
+
+
+async def test_context_add_tool_calls_without_a_template_are_json_lines() -> None:
+    seen: list[str] = []
+
+    class Logged(FakeEngine):
+        async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:
+            seen.append(self.decode(ids))
+            return await super().generate_with(ids, params)
+
+    await replay_workflow().compile().run("", engine=Logged())
+    assert seen[0].endswith(
+        '<|assistant replay|>\n{"name":"lookup_order","arguments":{"order":4471}}\n'
+        f"<|tool replay|>\n{TOOL_RESULT}\n<|assistant replay|>\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "calls", "message"),
+    [
+        ("tool", [REPLAYED_CALL], 'add them with role="assistant"'),
+        ("assistant", [{"function": {"arguments": "{}"}}], "is not an OpenAI tool call"),
+    ],
+)
+async def test_context_add_refuses_malformed_tool_calls(
+    role: str, calls: list[dict[str, Any]], message: str
+) -> None:
+    @node(name="a", entry=True, next=[END])
+    async def a(ctx: Context) -> str:
+        ctx.add("x", role=role, tool_calls=calls)
+        return END
+
+    with pytest.raises(NodeError, match=message) as raised:
+        await WorkflowGraph("w").add(a).compile().run("", engine=FakeEngine())
+    assert isinstance(raised.value.__cause__, ConfigError)
