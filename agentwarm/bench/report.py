@@ -16,6 +16,11 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
   was released, and for the whole bench.
 * ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
   ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
+* ``gap_to_oracle``: where agentwarm's mean TTFT exceeds the oracle's. Both modes replay the
+  same steps in the same order, so the steps pair up; each pair's TTFT difference is put under
+  agentwarm's outcome for that step (``hit``: its node was prefetched, ``miss``: not, ``none``:
+  a run's first step) and summed over the pairs, divided by the number of pairs: the parts add
+  up to the difference of the two means (``total_s``). ``steps`` counts the pairs per outcome.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from agentwarm.errors import ConfigError
 from agentwarm.runtime import summarize
 from agentwarm.stats.definitions import has_previous
 
-__all__ = ("BenchReport", "headline", "mode_figures", "require_matplotlib")
+__all__ = ("BenchReport", "gap_to_oracle", "headline", "mode_figures", "require_matplotlib")
 
 
 def mode_figures(run: ModeRun) -> dict[str, Any]:
@@ -129,6 +134,29 @@ def headline(modes: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
+def gap_to_oracle(runs: dict[str, ModeRun]) -> dict[str, Any] | None:
+    """agentwarm's mean-TTFT excess over the oracle, split by agentwarm's step outcome (see
+    the module docstring); ``None`` without both modes or when their steps do not pair up."""
+    if "agentwarm" not in runs or "oracle" not in runs:
+        return None
+    a = [st for r in runs["agentwarm"].results for st in r.steps if st.ttft_s is not None]
+    o = [st for r in runs["oracle"].results for st in r.steps if st.ttft_s is not None]
+    if not a or [st.node for st in a] != [st.node for st in o]:
+        return None
+    seconds: dict[str, float] = {}
+    steps: Counter[str] = Counter()
+    for mine, best in zip(a, o, strict=True):
+        assert mine.ttft_s is not None and best.ttft_s is not None
+        outcome = str(mine.outcome)
+        seconds[outcome] = seconds.get(outcome, 0.0) + mine.ttft_s - best.ttft_s
+        steps[outcome] += 1
+    return {
+        "total_s": sum(seconds.values()) / len(a),
+        "by_outcome_s": {k: v / len(a) for k, v in sorted(seconds.items())},
+        "steps": dict(sorted(steps.items())),
+    }
+
+
 def require_matplotlib() -> None:
     """Raise :class:`ConfigError` with install advice when matplotlib is missing."""
     try:
@@ -158,6 +186,8 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     #: The process's peak resident set over the bench, in MiB (``None``: not known).
     peak_rss_mib: float | None = None
+    #: :func:`gap_to_oracle` of the runs (``None`` without agentwarm and oracle).
+    gap_to_oracle: dict[str, Any] | None = None
 
     @classmethod
     def from_runs(
@@ -172,6 +202,7 @@ class BenchReport:
                 for r in runs
             },
             runs={r.mode: r for r in runs},
+            gap_to_oracle=gap_to_oracle({r.mode: r for r in runs}),
         )
 
     @property
@@ -180,11 +211,12 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON-serializable object: ``modes``, the headline keys, ``config``,
-        ``workload``, ``elapsed_s``, ``peak_rss_mib``, ``noise_note`` (string or null) and
-        ``notes``."""
+        ``workload``, ``elapsed_s``, ``peak_rss_mib``, ``gap_to_oracle`` (object or null),
+        ``noise_note`` (string or null) and ``notes``."""
         return {
             "modes": self.modes,
             **self.headline,
+            "gap_to_oracle": self.gap_to_oracle,
             "config": self.config,
             "workload": self.workload,
             "elapsed_s": self.elapsed_s,
@@ -233,6 +265,16 @@ class BenchReport:
             f"{_x(h['makespan_speedup_vs_reactive'])} · {self.elapsed_s:.0f} s · peak RSS "
             f"{_mib(self.peak_rss_mib)}"
         )
+        gap = self.gap_to_oracle
+        if gap is not None:
+            parts = ", ".join(
+                f"{k} steps ({gap['steps'][k]}) {v * 1000:+.0f} ms"
+                for k, v in gap["by_outcome_s"].items()
+            )
+            console.print(
+                f"agentwarm − oracle mean TTFT {gap['total_s'] * 1000:+.0f} ms, from {parts}",
+                highlight=False,
+            )
         if self.noise_note:
             console.print(f"[yellow]note:[/] {self.noise_note}", highlight=False)
 

@@ -150,6 +150,24 @@ async def test_agentwarm_learns_and_reports_its_prefetches(
     assert report.modes["cold"]["pretrained_transitions"] == 0
 
 
+async def test_gap_to_oracle_splits_the_mean_ttft_difference_by_step_outcome(
+    tmp_path: Path, engines: Engines
+) -> None:
+    report = await run_bench(_config(tmp_path), engines)
+    gap = report.gap_to_oracle
+    assert gap is not None
+    a, o = report.modes["agentwarm"], report.modes["oracle"]
+    assert gap["total_s"] == pytest.approx(a["ttft_mean_s"] - o["ttft_mean_s"], abs=1e-12)
+    assert sum(gap["by_outcome_s"].values()) == pytest.approx(gap["total_s"], abs=1e-12)
+    steps = [st for r in report.runs["agentwarm"].results for st in r.steps]
+    hits = sum(1 for st in steps if st.prefetched)
+    assert gap["steps"]["none"] == a["episodes"]  # each run's first step
+    assert gap["steps"].get("hit", 0) == hits and sum(gap["steps"].values()) == len(steps)
+    assert json.loads(json.dumps(report.to_dict()))["gap_to_oracle"] == gap
+    without = await run_bench(_config(tmp_path, modes=("reactive", "oracle")), engines)
+    assert without.gap_to_oracle is None and without.to_dict()["gap_to_oracle"] is None
+
+
 async def test_modes_subset_and_json_shape(tmp_path: Path, engines: Engines) -> None:
     report = await run_bench(_config(tmp_path, modes=("oracle", "reactive")), engines)
     assert list(report.modes) == ["reactive", "oracle"]

@@ -97,7 +97,8 @@ async def test_the_replay_follows_the_conversation_and_prompts_hold_its_real_mes
 async def test_prompts_are_rendered_with_the_engine_chat_template() -> None:
     template = ChatTemplate(
         "{% for m in messages %}[{{ m.role }}]{{ m.content }}"
-        "{% for c in m.tool_calls or [] %}<call {{ c.function.name }} {{ c.function.arguments | tojson }}>"
+        "{% for c in m.tool_calls or [] %}"
+        "<call {{ c.function.name }} {{ c.function.arguments | tojson }}>"
         "{% endfor %}{% endfor %}"
         "{% if add_generation_prompt %}[assistant]{% endif %}",
         name="test-brackets",
