@@ -8,6 +8,10 @@ Endpoints (SGLang 0.5.x names; the ``/get_*`` spellings are the pre-0.5.5 aliase
   prefill-only request (``Engine.prefill``, priority SPECULATIVE unless given), anything else a
   generation (priority LIVE unless given). ``stream: true`` answers SSE ``data: {json}`` events,
   each with the whole output so far (SGLang's default), then ``data: [DONE]``.
+* ``POST /v1/chat/completions`` — OpenAI's chat endpoint: the messages and tools rendered with
+  the engine's chat template, tool calls parsed for known model families, streamed or not,
+  ``usage.prompt_tokens_details.cached_tokens``; ``max_tokens: 0`` warms the prompt
+  (:mod:`~agentwarm.server.routes_chat`).
 * ``POST /abort_request`` — ``{"rid"}`` of a request in flight or ``{"abort_all": true}``; 200
   also for an empty, unknown or finished rid (as SGLang). A client that disconnects also aborts
   its request.
@@ -27,7 +31,8 @@ from the engine's ``max_context`` (:func:`~agentwarm.server.security.default_max
 
 Where each piece lives: this module assembles the app (routes, middleware, lifespan);
 :mod:`~agentwarm.server.routes_generate` serves ``/generate`` (with
-:mod:`~agentwarm.server.sse` for streams), :mod:`~agentwarm.server.routes_admin` every other
+:mod:`~agentwarm.server.sse` for streams) and runs the jobs of
+:mod:`~agentwarm.server.routes_chat`, :mod:`~agentwarm.server.routes_admin` every other
 endpoint; :mod:`~agentwarm.server.state` holds the settings and the shared state, each with one
 owner; :mod:`~agentwarm.server.http` words the errors and reads JSON bodies.
 """
@@ -43,6 +48,7 @@ from starlette.exceptions import HTTPException
 from agentwarm.engines.base import Engine
 from agentwarm.server.http import error_response, http_exception, unexpected
 from agentwarm.server.routes_admin import AdminRoutes
+from agentwarm.server.routes_chat import ChatRoutes
 from agentwarm.server.routes_generate import GenerateRoutes
 from agentwarm.server.security import APIKeyGuard, HostGuard
 from agentwarm.server.state import ServerConfig, ServerState
@@ -64,8 +70,13 @@ def create_app(
         finally:
             await state.close(close_engine=close_engine)
 
+    generate = GenerateRoutes(state)
     app = Starlette(
-        routes=[*GenerateRoutes(state).routes(), *AdminRoutes(state).routes()],
+        routes=[
+            *generate.routes(),
+            *ChatRoutes(state, generate).routes(),
+            *AdminRoutes(state).routes(),
+        ],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_exception, Exception: unexpected},
     )

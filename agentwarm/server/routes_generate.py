@@ -43,13 +43,17 @@ from agentwarm.server.http import (
 from agentwarm.server.sse import SSEResponse, disconnected, sse
 from agentwarm.server.state import ServerState
 
-__all__ = ("GenerateRoutes",)
+__all__ = ("GenerateRoutes", "Job")
 
 _ABORT = FinishReason(type="abort", message="Abort before completion")
 
 
 @dataclass(frozen=True, slots=True)
-class _Job:
+class Job:
+    """One engine request of ``/generate`` (or of ``/v1/chat/completions``, which renders its
+    messages to ``ids`` and hands the job to :meth:`GenerateRoutes.reply` /
+    :meth:`GenerateRoutes.replies`)."""
+
     rid: str
     ids: list[int]
     sampling: SamplingParams
@@ -97,19 +101,39 @@ class GenerateRoutes:
             return error_reply(exc)
         if req.stream:
             return SSEResponse(self._events(job), abort=lambda: self.state.abort_quietly(job.rid))
-        if not self.state.inflight.enter(job.rid):
-            return error_reply(
-                HTTPError(400, f"duplicate rid {job.rid!r}: a request with it is running")
-            )
         try:
-            out = await self._until_disconnect(request, job.rid, self._run(job))
+            return JSONResponse(await self.reply(request, job))
         except HTTPError as exc:
             return error_reply(exc)
+
+    async def reply(self, request: Request, job: Job) -> GenerateReply:
+        """Run ``job`` to its reply; abort it if the client of ``request`` disconnects first.
+        Raises :class:`~agentwarm.server.http.HTTPError` (a rid already running: 400)."""
+        self._enter(job)
+        try:
+            return await self._until_disconnect(request, job.rid, self._run(job))
         finally:
             self.state.inflight.leave(job.rid)
-        return JSONResponse(out)
 
-    def _job(self, request: Request, req: GenerateRequest) -> _Job:
+    async def replies(self, job: Job) -> AsyncIterator[GenerateReply]:
+        """Run ``job`` streamed: a reply with the whole output so far per chunk, the last with
+        its finish reason (a prefill-only job: that one only). Raises
+        :class:`~agentwarm.server.http.HTTPError` (a rid already running: 400)."""
+        self._enter(job)
+        try:
+            if job.prefill_only:
+                yield await self._run(job)
+            else:
+                async for event in self._stream_generate(job):
+                    yield event
+        finally:
+            self.state.inflight.leave(job.rid)
+
+    def _enter(self, job: Job) -> None:
+        if not self.state.inflight.enter(job.rid):
+            raise HTTPError(400, f"duplicate rid {job.rid!r}: a request with it is running")
+
+    def _job(self, request: Request, req: GenerateRequest) -> Job:
         if req.text is not None and req.input_ids is not None:
             raise HTTPError(400, "give either text or input_ids, not both")
         if isinstance(req.text, list) or (req.input_ids and isinstance(req.input_ids[0], list)):
@@ -144,7 +168,7 @@ class GenerateRoutes:
             except ValueError as exc:
                 raise HTTPError(400, str(exc)) from None
         session = header or req.routing_key or req.session_id
-        return _Job(
+        return Job(
             rid=req.rid or new_rid(),
             ids=ids,
             sampling=sampling,
@@ -154,7 +178,7 @@ class GenerateRoutes:
             log_metrics=req.log_metrics,
         )
 
-    async def _run(self, job: _Job) -> GenerateReply:
+    async def _run(self, job: Job) -> GenerateReply:
         start = time.perf_counter()
         try:
             if job.prefill_only:
@@ -189,24 +213,18 @@ class GenerateRoutes:
         self._record_completion(job, completion)
         return _completion_reply(job.rid, completion, time.perf_counter() - start)
 
-    async def _events(self, job: _Job) -> AsyncIterator[bytes]:
-        if not self.state.inflight.enter(job.rid):
-            yield sse({"error": {"message": f"duplicate rid {job.rid!r}", "code": 400}})
-            yield b"data: [DONE]\n\n"
-            return
+    async def _events(self, job: Job) -> AsyncIterator[bytes]:
+        replies = self.replies(job)
         try:
-            if job.prefill_only:
-                yield sse(await self._run(job))
-            else:
-                async for event in self._stream_generate(job):
-                    yield sse(event)
+            async for event in replies:
+                yield sse(event)
         except HTTPError as exc:
             yield sse(exc.body())
         finally:
-            self.state.inflight.leave(job.rid)
+            await replies.aclose()  # type: ignore[attr-defined]
         yield b"data: [DONE]\n\n"
 
-    async def _stream_generate(self, job: _Job) -> AsyncIterator[GenerateReply]:
+    async def _stream_generate(self, job: Job) -> AsyncIterator[GenerateReply]:
         start = time.perf_counter()
         out_ids: list[int] = []
         text = ""
@@ -271,7 +289,7 @@ class GenerateRoutes:
                 task.cancel()
 
     def _record(
-        self, job: _Job, prompt: int, cached: int, computed: int, generated: int, aborted: bool
+        self, job: Job, prompt: int, cached: int, computed: int, generated: int, aborted: bool
     ) -> None:
         if job.log_metrics:
             self.state.metrics.record(
@@ -283,7 +301,7 @@ class GenerateRoutes:
                 prefill_only=job.prefill_only,
             )
 
-    def _record_completion(self, job: _Job, completion: Completion) -> None:
+    def _record_completion(self, job: Job, completion: Completion) -> None:
         aborted = completion.finish_reason == "abort"
         self._record(
             job,

@@ -1,0 +1,170 @@
+"""The OpenAI chat-completions wire format of ``agentwarm serve``: the request model and the
+replies (a ``chat.completion``, or ``chat.completion.chunk`` stream events), as OpenAI documents
+them and SGLang's and vLLM's ``/v1/chat/completions`` answer them.
+
+What is accepted: ``messages`` (roles system/developer/user/assistant/tool; ``content`` a string,
+null, or a list of ``{"type": "text"}`` parts, which are joined), ``tools`` (function tools),
+``tool_choice`` (``auto``/``none``/``required`` or a named function: read by templates that
+use it, not enforced), ``max_tokens`` / ``max_completion_tokens`` (``0``: a warm request,
+prefilled at speculative priority and answered with usage only), ``temperature``, ``seed``,
+``stream`` with ``stream_options.include_usage``, ``user`` (the session: routing key), and the
+usual fields a client sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no
+``logprobs``). A field the engine cannot honour with another value is refused with a 400 that
+names it, rather than ignored; unknown fields are ignored (as vLLM does).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+from agentwarm.chat import Message
+from agentwarm.engines.sglang.protocol import Text
+
+__all__ = (
+    "ChatRequest",
+    "StreamOptions",
+    "chat_chunk",
+    "chat_completion",
+    "usage",
+)
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: StrictBool = False
+
+
+class ChatRequest(BaseModel):
+    """``POST /v1/chat/completions`` (see the module docstring)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: Text | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    max_tokens: StrictInt | None = Field(default=None, ge=0)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    seed: StrictInt | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    user: Text | None = None
+    # Accepted only with the values that ask for nothing the engine lacks.
+    n: StrictInt | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    logprobs: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> ChatRequest:
+        if self.n not in (None, 1):
+            raise ValueError("n: only n=1 is supported (send one request per completion)")
+        if self.top_p not in (None, 1.0):
+            raise ValueError("top_p: only 1.0 is supported by this engine (use temperature)")
+        if self.stop:
+            raise ValueError("stop: stop sequences are not supported here; leave it unset")
+        if self.logprobs:
+            raise ValueError("logprobs: not supported by this engine; leave it unset")
+        for tool in self.tools or []:
+            fn = tool.get("function")
+            if tool.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+                raise ValueError(
+                    'tools: each tool must be {"type": "function", "function": {"name": ...}}'
+                )
+        return self
+
+    @property
+    def limit(self) -> int | None:
+        """The output-token limit asked for (``max_completion_tokens`` wins), None if none."""
+        return self.max_tokens if self.max_completion_tokens is None else self.max_completion_tokens
+
+    def chat_messages(self) -> list[Message]:
+        """The messages as the chat template takes them: text parts joined into ``content``.
+        Raises ValueError naming the message that cannot be."""
+        out: list[Message] = []
+        for i, raw in enumerate(self.messages):
+            message = dict(raw)
+            if message.get("role") not in _ROLES:
+                raise ValueError(f"messages[{i}]: role must be one of {', '.join(_ROLES)}")
+            content = message.get("content")
+            if isinstance(content, list):
+                texts = []
+                for part in content:
+                    if not isinstance(part, dict) or part.get("type") != "text":
+                        raise ValueError(
+                            f"messages[{i}]: only text content parts are supported by this "
+                            "engine (no images or audio)"
+                        )
+                    texts.append(str(part.get("text", "")))
+                message["content"] = "".join(texts)
+            elif content is not None and not isinstance(content, str):
+                raise ValueError(f"messages[{i}]: content must be a string, a list or null")
+            out.append(message)
+        return out
+
+
+def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    """OpenAI's ``usage``, with the prompt tokens found in the prefix cache."""
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def chat_completion(
+    rid: str,
+    model: str,
+    *,
+    content: str | None,
+    tool_calls: list[dict[str, Any]],
+    finish_reason: str | None,
+    usage_: dict[str, Any],
+    warm: bool = False,
+) -> dict[str, Any]:
+    """A ``chat.completion`` object (a warm request's has no choices)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    choices = [] if warm else [{"index": 0, "message": message, "finish_reason": finish_reason}]
+    return {
+        "id": f"chatcmpl-{rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage_,
+    }
+
+
+def chat_chunk(
+    rid: str,
+    model: str,
+    delta: dict[str, Any] | None,
+    *,
+    finish_reason: Literal["stop", "length", "tool_calls"] | str | None = None,
+    usage_: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` event: a delta (``None``: the usage-only last chunk, whose
+    ``choices`` is empty)."""
+    choices = (
+        [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+    )
+    out: dict[str, Any] = {
+        "id": f"chatcmpl-{rid}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }
+    if usage_ is not None:
+        out["usage"] = usage_
+    return out
