@@ -39,7 +39,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("agentwarm.runtime",),
     # 4: what is built on the runtime or the engines
     ("agentwarm.bench", "agentwarm.viz", "agentwarm.server"),
-    # 5: the public API, then the command line
+    # 5: the gateway (an OpenAI endpoint in front of servers: the server's HTTP pieces and the
+    # runtime's prefetch policy)
+    ("agentwarm.gateway",),
+    # 6: the public API, then the command line
     ("agentwarm",),
     ("agentwarm.cli",),
 )
