@@ -63,8 +63,10 @@ __all__ = (
     "MAX_STATE_BYTES",
     "PredictorStateWarning",
     "PredictorStore",
+    "atomic_write",
     "default_state_dir",
     "node_fingerprint",
+    "set_aside",
 )
 
 #: Larger state files are set aside unread (an expert keeps at most ``max_contexts`` contexts,
@@ -192,7 +194,7 @@ class PredictorStore:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             with self._lock(workflow):
                 state = self._merge_with_saved(workflow, node_list, predictor, mine)
-                _atomic_write(path, _encode(workflow, node_list, state))
+                atomic_write(path, _encode(workflow, node_list, state))
         except filelock.Timeout as exc:
             raise PredictorStateError(
                 f"cannot save predictor state {path}: another process has held its lock "
@@ -234,7 +236,7 @@ class PredictorStore:
             return mine
 
     def _discard(self, path: Path, exc: BaseException) -> None:
-        moved = self._set_aside(path)
+        moved = set_aside(path)
         warnings.warn(
             f"predictor state {path} is unusable ({exc}); moved it to {moved} "
             "and started learning afresh",
@@ -242,23 +244,25 @@ class PredictorStore:
             stacklevel=3,
         )
 
-    @staticmethod
-    def _set_aside(path: Path) -> Path:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        for attempt in range(1000):
-            suffix = f"-{attempt}" if attempt else ""
-            target = path.with_name(f"{path.stem}.corrupt-{stamp}{suffix}.json")
-            if target.exists():
-                continue
-            try:
-                os.rename(path, target)
-            except OSError as exc:
-                raise PredictorStateError(
-                    f"predictor state {path} is unusable and cannot be moved aside "
-                    f"({exc.strerror or exc}); move or delete it, or {_ADVICE}"
-                ) from exc
-            return target
-        raise PredictorStateError(f"predictor state {path} is unusable; too many set-aside copies")
+
+def set_aside(path: Path) -> Path:
+    """Rename the unusable file ``path`` to ``<stem>.corrupt-<UTC timestamp>.json`` beside it;
+    the new path. Raises :class:`~agentwarm.errors.PredictorStateError` when it cannot."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for attempt in range(1000):
+        suffix = f"-{attempt}" if attempt else ""
+        target = path.with_name(f"{path.stem}.corrupt-{stamp}{suffix}.json")
+        if target.exists():
+            continue
+        try:
+            os.rename(path, target)
+        except OSError as exc:
+            raise PredictorStateError(
+                f"predictor state {path} is unusable and cannot be moved aside "
+                f"({exc.strerror or exc}); move or delete it, or {_ADVICE}"
+            ) from exc
+        return target
+    raise PredictorStateError(f"predictor state {path} is unusable; too many set-aside copies")
 
 
 def _read(path: Path) -> bytes | None:
@@ -311,7 +315,8 @@ def _decode_predictor(raw: bytes, workflow: str, nodes: list[str], fresh: Predic
     return type(fresh).from_dict(_decode_state(raw, workflow, nodes, kind))
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, fsynced, renamed."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
