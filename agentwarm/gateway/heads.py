@@ -151,9 +151,13 @@ class HeadRegistry:
         *,
         hint: str | None = None,
     ) -> tuple[Head, list[Message]]:
-        """The head of a request (registered on first sight) and its conversation."""
+        """The head of a request (registered on first sight) and its conversation. Raises
+        ValueError when a tool is not a mapping."""
         system, conversation = split_head(messages)
         tools = tools or ()
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, Mapping):
+                raise ValueError(f"tools[{i}] must be a JSON object, got {type(tool).__name__}")
         key = head_key(system, tools)
         head = self._heads.get(key)
         if head is not None:

@@ -254,6 +254,11 @@ def test_from_dict_rejects_bad_data(corrupt: Any, message: str) -> None:
         HeadRegistry.from_dict(data)
 
 
+def test_a_tool_that_is_not_an_object_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"tools\[1\] must be a JSON object, got str"):
+        HeadRegistry().identify([system(PLANNER)], [TOOLS[0], "search"])  # type: ignore[list-item]
+
+
 def test_max_heads_is_checked() -> None:
     with pytest.raises(ValueError, match="max_heads must be a positive integer"):
         HeadRegistry(max_heads=0)
