@@ -1,0 +1,160 @@
+"""What the gateway prefetches for a candidate node: the prompt the client will most likely send.
+
+A node (a request head: system messages + tools) receives, in its requests, some conversation.
+What that conversation is, relative to the session's last request, is learned per node from
+the requests it got (:class:`Shapes`), one of:
+
+* ``continue`` — the last request's conversation, its reply, then more (tool results, a user
+  turn): a ReAct loop, or a handoff that passes the whole history (LangGraph's supervisor).
+* ``same`` — the last request's conversation again, without its reply (parallel fan-out, a
+  router that hands the same conversation to a specialist).
+* ``fresh`` — neither (a subagent that gets only a new task): only its head is known.
+
+The rule that matched the most of a node's real requests is the one used for it (``continue``
+until it has seen any). :class:`Renderer` turns a node's head + that conversation into token ids
+with the model's chat template, exactly as the upstream's chat endpoint renders the real request
+(:func:`~agentwarm.chat.render_ids`): only the messages that render the same whatever follows
+them are prefetched, so the ids are a token-exact prefix of the real request's. Whether they
+were is checked against the upstream's ``cached_tokens`` (the learner's stats).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
+from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_tokenizer
+from agentwarm.errors import ConfigError
+from agentwarm.gateway.heads import Head
+from agentwarm.gateway.sessions import chain
+
+__all__ = ("Renderer", "Shape", "Shapes", "classify", "expected_conversation", "load_renderer")
+
+#: A message that follows a prefetched conversation, for the stability check of its last one.
+_NEXT: tuple[Message, ...] = ({"role": "user", "content": ""},)
+_MAX_PIECES = 4096
+
+
+class Shape(StrEnum):
+    CONTINUE = "continue"
+    SAME = "same"
+    FRESH = "fresh"
+
+
+def classify(
+    conversation: Sequence[Message], last: Sequence[Message], reply: Message | None
+) -> Shape:
+    """How ``conversation`` relates to the session's last request (``last``, replied ``reply``)."""
+    mine = chain(conversation)
+    if reply is not None and last is not None:
+        before = chain([*last, reply])
+        if before and len(mine) >= len(before) and mine[len(before) - 1] == before[-1]:
+            return Shape.CONTINUE
+    before = chain(last)
+    if before and len(mine) >= len(before) and mine[len(before) - 1] == before[-1]:
+        return Shape.SAME
+    return Shape.FRESH
+
+
+def expected_conversation(
+    shape: Shape, last: Sequence[Message], reply: Message | None
+) -> list[Message]:
+    """The conversation a node of ``shape`` will be sent next (its known part)."""
+    if shape is Shape.CONTINUE:
+        return [*last, reply] if reply is not None else list(last)
+    if shape is Shape.SAME:
+        return list(last)
+    return []
+
+
+class Shapes:
+    """Per node, how many of its requests had each :class:`Shape`."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, Counter[Shape]] = {}
+
+    def observe(self, node: str, shape: Shape) -> None:
+        self._counts.setdefault(node, Counter())[shape] += 1
+
+    def rule(self, node: str) -> Shape:
+        """The shape that matched most of ``node``'s requests (``continue`` when none seen)."""
+        counts = self._counts.get(node)
+        if not counts:
+            return Shape.CONTINUE
+        order = list(Shape)
+        return max(counts, key=lambda s: (counts[s], -order.index(s)))
+
+    def forget(self, node: str) -> None:
+        self._counts.pop(node, None)
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {n: {str(s): c for s, c in counts.items()} for n, counts in self._counts.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Shapes:
+        out = cls()
+        for node, counts in data.items():
+            if not isinstance(node, str) or not isinstance(counts, Mapping):
+                raise ValueError("shapes: expected {node: {shape: count}}")
+            for shape, count in counts.items():
+                if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                    raise ValueError(f"shapes[{node!r}][{shape!r}]: not a count")
+                out._counts.setdefault(node, Counter())[Shape(shape)] = count
+        return out
+
+
+class Renderer:
+    """A node's known prompt as token ids, rendered with ``template`` and tokenized with
+    ``tokenizer`` (those of the model the upstream serves)."""
+
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate) -> None:
+        self.tokenizer = tokenizer
+        self.template = template
+        self._pieces: dict[str, list[int]] = {}
+
+    def prefix_ids(self, head: Head, conversation: Sequence[Message]) -> list[int]:
+        """The ids of ``head`` + ``conversation`` that the real request will start with (its
+        stable messages; ``[]`` when nothing renders)."""
+        messages = [*head.system, *conversation]
+        if not messages:
+            return []
+        if len(self._pieces) > _MAX_PIECES:
+            self._pieces.clear()
+        try:
+            rendered = render_ids(
+                self.template,
+                self.tokenizer.encode,
+                messages,
+                tools=list(head.tools) or None,
+                add_generation_prompt=False,
+                then=_NEXT,
+                cache=self._pieces,
+            )
+        except ConfigError:  # e.g. a template that wants a user turn first: nothing known
+            return []
+        return rendered.prefix_ids
+
+
+def load_renderer(model: str) -> Renderer:
+    """The renderer of ``--model``: a preset name (its built-in tokenizer and template) or a
+    local checkpoint/tokenizer directory (its tokenizer and chat template). Raises
+    :class:`~agentwarm.errors.ConfigError` naming the fix when neither works."""
+    from agentwarm.engines.local.model import PRESET_TOKENIZERS
+
+    spec: str | Path = PRESET_TOKENIZERS.get(model, model)
+    if spec == model and not Path(model).is_dir():
+        raise ConfigError(
+            f"--model {model!r} is neither a preset ({', '.join(PRESET_TOKENIZERS)}) nor a "
+            "directory holding the upstream model's tokenizer: pass the model the upstream serves"
+        )
+    try:
+        tokenizer = load_tokenizer(spec)
+    except Exception as exc:  # EngineError and whatever transformers raises
+        raise ConfigError(f"--model {model!r}: cannot load its tokenizer ({exc})") from exc
+    assert tokenizer is not None
+    template = chat_template_of(tokenizer, name=Path(model).name) or FALLBACK
+    return Renderer(tokenizer, template)

@@ -1,0 +1,57 @@
+"""The gateway's learned state file: round trip, and an unusable file set aside with a warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentwarm.gateway.heads import HeadRegistry
+from agentwarm.gateway.prompts import Shape, Shapes
+from agentwarm.gateway.state import GatewayState, load_state, save_state, state_path
+from agentwarm.gateway.toolhints import ToolHints
+from agentwarm.predictors import PredictorStateWarning, default_predictor
+
+
+def learned() -> GatewayState:
+    heads = HeadRegistry()
+    a, _ = heads.identify([{"role": "system", "content": "Route the customer."}], None)
+    b, _ = heads.identify([{"role": "system", "content": "Handle baggage."}], None)
+    predictor = default_predictor()
+    for _ in range(3):
+        predictor.observe([], a.name)
+        predictor.observe([a.name], b.name)
+    shapes = Shapes()
+    shapes.observe(b.name, Shape.CONTINUE)
+    hints = ToolHints()
+    hints.observe("transfer_to_baggage", b.name)
+    return GatewayState(heads, predictor, shapes, hints)
+
+
+def test_saved_state_loads_back_and_predicts_alike(tmp_path: Path) -> None:
+    state = learned()
+    path = save_state(tmp_path / "state", state)
+    assert path == state_path(tmp_path / "state")
+    loaded = load_state(tmp_path / "state", default_predictor)
+    assert loaded is not None
+    assert [h.name for h in loaded.heads] == [h.name for h in state.heads]
+    first = next(iter(state.heads)).name
+    assert loaded.predictor.predict([first]) == state.predictor.predict([first])
+    assert loaded.shapes.to_dict() == state.shapes.to_dict()
+    assert loaded.tool_hints.to_dict() == state.tool_hints.to_dict()
+    assert load_state(tmp_path / "none", default_predictor) is None
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"format": "other"}', '{"format": "agentwarm.gateway", "version": 9}']
+)
+def test_an_unusable_file_is_set_aside_and_learning_restarts(tmp_path: Path, text: str) -> None:
+    path = state_path(tmp_path)
+    path.write_text(text, encoding="utf-8")
+    with pytest.warns(PredictorStateWarning, match="moved to"):
+        assert load_state(tmp_path, default_predictor) is None
+    assert not path.exists()
+    (moved,) = tmp_path.glob("gateway.corrupt-*.json")
+    assert moved.read_text(encoding="utf-8") == text  # nothing lost
+    save_state(tmp_path, learned())  # and the next save works
+    assert load_state(tmp_path, default_predictor) is not None
