@@ -30,9 +30,15 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
 ]
-SYSTEM = {"role": "system", "content": "You are the reservations agent of an airline."}
-USER = {"role": "user", "content": "I want to change my flight. My id is mia_kim_4397."}
-REPLY = {
+SYSTEM: dict[str, Any] = {
+    "role": "system",
+    "content": "You are the reservations agent of an airline.",
+}
+USER: dict[str, Any] = {
+    "role": "user",
+    "content": "I want to change my flight. My id is mia_kim_4397.",
+}
+REPLY: dict[str, Any] = {
     "role": "assistant",
     "content": None,
     "tool_calls": [
@@ -43,7 +49,11 @@ REPLY = {
         }
     ],
 }
-RESULT = {"role": "tool", "tool_call_id": "call_1", "content": '{"name": "Mia Kim"}'}
+RESULT: dict[str, Any] = {
+    "role": "tool",
+    "tool_call_id": "call_1",
+    "content": '{"name": "Mia Kim"}',
+}
 
 
 def test_classify_tells_the_three_shapes() -> None:
