@@ -1,0 +1,168 @@
+"""The ASGI app of ``agentwarm gateway``: OpenAI's chat endpoint in front of upstream workers,
+with :class:`~agentwarm.gateway.types.Hooks` called around every live request.
+
+Endpoints:
+
+* ``POST /v1/chat/completions`` — the body (a JSON object with a ``messages`` list, else 400)
+  goes to the worker the session is routed to unchanged, and the worker's answer comes back
+  unchanged: its status and JSON body, or its event stream relayed as it arrives
+  (:mod:`~agentwarm.gateway.routes`). The session is the ``X-Agentwarm-Session`` header, else the
+  body's ``user``, else ``metadata.session_id`` (else the hooks infer one); the node is the
+  ``X-Agentwarm-Node`` header. A worker that cannot be reached → **502** naming it, one that
+  does not answer in time → **504**, its own 503 → 503; a stream cut mid-way ends with a
+  ``data: {"error": ...}`` event and ``data: [DONE]``. A client that goes away aborts the
+  request upstream.
+* ``GET /v1/models`` — the first worker's answer that has one; when the reachable workers have
+  no ``/v1/models``, a list of ``model_name`` (404 without one); **502** when none is reachable.
+* ``GET /health`` — 200 ``{"status": "ok", "upstreams": {url: reachable}}`` while the gateway
+  runs (its workers being down is reported, not a failure: the gateway itself is up).
+* ``GET /metrics`` — Prometheus text (:mod:`~agentwarm.gateway.metrics`).
+* ``GET /v1/agentwarm/stats`` — ``hooks.stats()`` with the app's ``requests``, ``ttft_p50_s``,
+  ``ttft_p95_s``, ``overhead_p50_s`` and ``overhead_p95_s`` (the app's figures win).
+
+Rules: the hooks never delay or fail a live request (their errors are logged; ``on_response``
+runs as a background task, awaited for up to ``shutdown_grace_s`` at shutdown, then cancelled).
+Security is ``agentwarm serve``'s (:mod:`agentwarm.server.security`): with ``api_key`` every
+path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (401), without one
+the Host/Origin checks apply (421/403); bodies over ``max_request_bytes`` get 413, non-JSON ones
+415; every error is ``{"error": {"message", "type", "code"}}``. At shutdown the hooks are closed,
+then the upstream connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentwarm.errors import EngineUnavailable
+from agentwarm.gateway.metrics import GatewayMetrics
+from agentwarm.gateway.routes import Background, ChatProxy
+from agentwarm.gateway.types import Hooks
+from agentwarm.gateway.upstream import Upstream
+from agentwarm.server.http import HTTPError, error_reply, error_response, http_exception, unexpected
+from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES, APIKeyGuard, HostGuard
+
+__all__ = ("GatewayConfig", "create_gateway_app")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Settings of one gateway. ``host`` is the bound host the Host check accepts besides the
+    loopback names (``port`` is only reported); ``model_name`` answers ``/v1/models`` when the
+    workers have none; ``shutdown_grace_s`` bounds the wait for ``hooks.on_response`` tasks."""
+
+    api_key: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_request_bytes: int = MAX_DEFAULT_REQUEST_BYTES
+    model_name: str | None = None
+    shutdown_grace_s: float = 5.0
+
+
+def create_gateway_app(
+    upstream: Upstream, hooks: Hooks, config: GatewayConfig | None = None
+) -> Starlette:
+    """The Starlette app (see the module docstring); its lifespan closes ``hooks`` and
+    ``upstream`` at shutdown. ``app.state.gateway`` is the :class:`Gateway` (its ``aclose`` is
+    what the lifespan runs)."""
+    gateway = Gateway(upstream, hooks, config or GatewayConfig())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await gateway.aclose()
+
+    app = Starlette(
+        routes=[*gateway.chat.routes(), *gateway.routes()],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_exception, Exception: unexpected},
+    )
+    app.state.gateway = gateway
+    if gateway.config.api_key:
+        app.add_middleware(APIKeyGuard, api_key=gateway.config.api_key, error=error_response)
+    else:
+        app.add_middleware(HostGuard, bound_host=gateway.config.host, error=error_response)
+    return app
+
+
+class Gateway:
+    """What the routes of one app share: the upstream, the hooks, the metrics and the
+    background tasks (each owned here, closed by :meth:`aclose`)."""
+
+    def __init__(self, upstream: Upstream, hooks: Hooks, config: GatewayConfig) -> None:
+        self.upstream = upstream
+        self.hooks = hooks
+        self.config = config
+        self.background = Background()
+        self.metrics = GatewayMetrics(self.hook_stats)
+        self.chat = ChatProxy(
+            upstream, hooks, self.metrics, self.background, config.max_request_bytes
+        )
+        self.closed = False
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+            Route("/v1/agentwarm/stats", self.stats, methods=["GET"]),
+        ]
+
+    def hook_stats(self) -> dict[str, Any]:
+        """``hooks.stats()``, or ``{}`` when it fails (logged)."""
+        try:
+            return dict(self.hooks.stats())
+        except Exception:
+            log.exception("hooks.stats failed")
+            return {}
+
+    async def models(self, request: Request) -> Response:
+        try:
+            answer = await self.upstream.models()
+        except EngineUnavailable as exc:
+            return error_reply(HTTPError(502, str(exc), "BadGatewayError"))
+        if answer is not None:
+            return JSONResponse(answer)
+        name = self.config.model_name
+        if name is None:
+            message = "no upstream serves /v1/models (start the gateway with --model NAME)"
+            return error_reply(HTTPError(404, message, "NotFoundError"))
+        model = {"id": name, "object": "model", "created": 0, "owned_by": "agentwarm"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "upstreams": await self.upstream.health()})
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=self.metrics.content_type)
+
+    async def stats(self, request: Request) -> Response:
+        return JSONResponse({**self.hook_stats(), **self.metrics.summary()})
+
+    async def aclose(self) -> None:
+        """Let the ``on_response`` tasks finish (for up to ``shutdown_grace_s``), close the hooks,
+        then the upstream; a second call does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.background.aclose(self.config.shutdown_grace_s)
+            try:
+                await self.hooks.aclose()
+            except Exception:
+                log.exception("hooks.aclose failed")
+        finally:
+            await self.upstream.aclose()

@@ -1,0 +1,128 @@
+"""The ``gateway`` command: its options mapped onto :class:`~agentwarm.gateway.upstream.Upstream`,
+:class:`~agentwarm.gateway.app.GatewayConfig` and the hooks (see :mod:`agentwarm.gateway`).
+
+``agentwarm gateway`` (:mod:`agentwarm.cli.gateway` registers it) prints
+``agentwarm gateway: listening on http://HOST:PORT`` once it accepts connections; a bad option
+ends with one ``error:`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agentwarm import telemetry as tm
+from agentwarm.errors import ConfigError
+from agentwarm.gateway.app import GatewayConfig
+from agentwarm.gateway.run import serve_gateway
+from agentwarm.gateway.types import Hooks, NoHooks
+from agentwarm.gateway.upstream import Upstream
+from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES
+
+__all__ = ("build_hooks", "gateway", "parse_upstreams")
+
+
+def build_hooks(model: str | None, state_dir: Path | None, upstream: Upstream) -> Hooks:
+    """The hooks of ``agentwarm gateway``: the learner plugs in here (it learns the agent graph
+    from the traffic and prefills through ``upstream``; ``model`` names the tokenizer and chat
+    template of the served model, ``state_dir`` where learned state is kept). Until then:
+    :class:`~agentwarm.gateway.types.NoHooks`, a plain proxy."""
+    return NoHooks()
+
+
+def parse_upstreams(value: str) -> list[str]:
+    """``URL[,URL...]`` as a list; ConfigError naming the first URL that cannot be a worker's."""
+    urls = [part.strip() for part in value.split(",") if part.strip()]
+    if not urls:
+        raise ConfigError(
+            "--upstream needs at least one URL, e.g. --upstream http://127.0.0.1:30000"
+        )
+    return urls
+
+
+def gateway(
+    upstream: str = typer.Option(
+        ...,
+        "--upstream",
+        help="Worker URL(s), comma-separated: SGLang, sglang-router or agentwarm serve.",
+    ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="The served model's preset (tiny, small, 1b, ...) or checkpoint directory: its "
+        "tokenizer and chat template; also the /v1/models answer when the workers have none.",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs --api-key."
+    ),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="TCP port; 0 picks one."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar="AGENTWARM_API_KEY",
+        help="Require 'Authorization: Bearer KEY' of clients (not on /health and /metrics).",
+    ),
+    upstream_api_key: str | None = typer.Option(
+        None,
+        "--upstream-api-key",
+        envvar="AGENTWARM_UPSTREAM_API_KEY",
+        help="Send 'Authorization: Bearer KEY' to the workers.",
+    ),
+    upstream_timeout: float = typer.Option(
+        600.0, "--upstream-timeout", min=0.1, help="Seconds a worker may stay silent mid-reply."
+    ),
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", help="Directory of the learned state (kept across restarts)."),
+    ] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="Write spans as JSONL.")] = None,
+    otlp: str | None = typer.Option(None, "--otlp", help="OTLP/HTTP endpoint."),
+    insecure_no_api_key: bool = typer.Option(
+        False,
+        "--insecure-no-api-key",
+        help="Serve a non-loopback --host without an API key (anyone who reaches it can use it).",
+    ),
+    max_request_bytes: int = typer.Option(
+        MAX_DEFAULT_REQUEST_BYTES, "--max-request-bytes", min=1024, help="Larger bodies get 413."
+    ),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+) -> None:
+    """OpenAI-compatible endpoint in front of SGLang workers that prefetches agents' next steps.
+
+    Point a client's base_url at http://HOST:PORT/v1. Prints 'agentwarm gateway: listening on
+    http://HOST:PORT' once it accepts connections.
+    """
+    urls = parse_upstreams(upstream)
+    try:
+        up = Upstream(urls, api_key=upstream_api_key or None, timeout=upstream_timeout)
+    except ValueError as exc:
+        raise ConfigError(f"--upstream: {exc}") from None
+    config = GatewayConfig(
+        api_key=api_key or None,
+        host=host,
+        port=port,
+        max_request_bytes=max_request_bytes,
+        model_name=model,
+    )
+
+    def ready(url: str) -> None:
+        typer.echo(f"agentwarm gateway: listening on {url} (upstream={', '.join(up.urls)})")
+
+    telemetry = tm.configure(trace_file=trace, otlp_endpoint=otlp) if (trace or otlp) else None
+    try:
+        asyncio.run(
+            serve_gateway(
+                up,
+                lambda u: build_hooks(model, state_dir, u),
+                config=config,
+                log_level=log_level,
+                on_ready=ready,
+                insecure_no_api_key=insecure_no_api_key,
+            )
+        )
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()

@@ -1,0 +1,88 @@
+"""Running ``agentwarm gateway``: bind the socket, build the upstream and the hooks, serve with
+uvicorn until SIGINT/SIGTERM.
+
+As ``agentwarm serve`` (:mod:`agentwarm.server.run`): a non-loopback host needs an API key
+(:func:`~agentwarm.server.security.check_exposure`); the socket is bound before uvicorn starts
+(``port=0`` picks a free one) and, once it accepts connections, ``on_ready(url)`` is called (the
+CLI prints ``agentwarm gateway: listening on http://HOST:PORT`` then). At shutdown in-flight
+requests get ``timeout_graceful_shutdown`` seconds, then the app's lifespan closes the hooks and
+the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import uvicorn
+
+from agentwarm.errors import ConfigError
+from agentwarm.gateway.app import GatewayConfig, create_gateway_app
+from agentwarm.gateway.types import Hooks
+from agentwarm.gateway.upstream import Upstream
+from agentwarm.server.run import _bind
+from agentwarm.server.security import check_exposure, is_loopback
+
+__all__ = ("serve_gateway",)
+
+log = logging.getLogger(__name__)
+
+
+async def serve_gateway(
+    upstream: Upstream,
+    hooks_factory: Callable[[Upstream], Hooks],
+    *,
+    config: GatewayConfig,
+    log_level: str = "warning",
+    on_ready: Callable[[str], None] | None = None,
+    insecure_no_api_key: bool = False,
+) -> None:
+    """Serve the gateway on ``config.host``/``config.port`` until SIGINT/SIGTERM; the hooks are
+    built inside this loop by ``hooks_factory(upstream)``. Raises
+    :class:`~agentwarm.errors.ConfigError` before binding when the host is exposed without an
+    API key (unless ``insecure_no_api_key``) or cannot be bound. Closes ``upstream`` in every
+    case."""
+    try:
+        host = config.host
+        refusal = check_exposure(host, config.api_key, insecure_no_api_key=insecure_no_api_key)
+        if refusal is not None:
+            raise ConfigError(refusal.replace("serve on", "run the gateway on"))
+        if not is_loopback(host) and not config.api_key:
+            log.warning(
+                "gateway on %s without an API key: anyone who can reach it can use it", host
+            )
+        sock = _bind(host, config.port)
+    except BaseException:
+        await upstream.aclose()
+        raise
+    bound = sock.getsockname()[1]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
+    try:
+        hooks = hooks_factory(upstream)
+        app = create_gateway_app(upstream, hooks, replace(config, port=bound))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                log_level=log_level,
+                access_log=log_level in ("debug", "trace"),
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+            )
+        )
+
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.02)
+            if on_ready is not None:
+                on_ready(url)
+
+        ready = asyncio.ensure_future(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            ready.cancel()
+    finally:
+        sock.close()
+        await upstream.aclose()  # a second close (after the lifespan's) does nothing
