@@ -4,7 +4,7 @@
 A *session* is a workflow run and a *head* is a node. Per session::
 
     invoke_workflow {workflow}      the run: opened at the session's first step, ended by
-    │                               session_end (the session was dropped) or close (shutdown)
+    │                               session_end (the session ended) or close (shutdown)
     ├── invoke_agent {node}         one per live request, ended when its reply is complete
     │   └── agentwarm.prefill       one per prefetch issued after that step, ended when settled
     └── ...
@@ -18,11 +18,14 @@ configured (``agentwarm gateway --trace FILE`` / ``--otlp URL``, :func:`agentwar
 configure`), nothing otherwise.
 
 How a session becomes a run: a gateway session never returns, so its run span is opened (not
-yet exported) at its first step and is the parent of its steps' spans; the run ends when
-the learner drops the session or the gateway stops, and only then is its span written (a
-prefetch of the session settled after that, an abort ending late, still joins that run). Nothing
-marks it completed: the gateway never sees an agent reach END, so a trace has no edges into
-``__end__`` (the graph is the learned transitions). The statistics do not wait for run spans:
+yet exported) at its first step and is the parent of its steps' spans; the run ends when the
+learner ends the session (idle, or least recently used) or the gateway stops, and only then is
+its span written (what of the session completes after that, a reply or an abort ending late,
+still joins that run). A session the learner ended is a *completed* run whose last step moved to
+END (``agentwarm.run.end_steps`` empty: the reader takes the run's last step), as the learner's
+predictor learns END after a session's last node; one still open at shutdown is not completed
+(its agent may go on), so it has no edge into ``__end__``. The statistics do not wait for run
+spans:
 steps and prefills count as soon as they are written, and the runs are the distinct run ids of
 the steps. A run id is the session id and a random suffix (a hinted session id may return after
 its session was dropped, or in another gateway process writing the same file).
@@ -31,7 +34,7 @@ Rules for callers (the learner): call :meth:`~GatewayTracer.step` once per step,
 reply is complete (whatever its status); :meth:`~GatewayTracer.prefetch` once per prefetch, once
 it is *settled*: its outcome set and its request ended (``computed_tokens`` final), with the
 node of the step it followed as ``source``; :meth:`~GatewayTracer.session_end` for every session
-dropped, and :meth:`~GatewayTracer.close` at shutdown. All on the learner's event loop.
+it ends, and :meth:`~GatewayTracer.close` at shutdown. All on the learner's event loop.
 """
 
 from __future__ import annotations
@@ -129,11 +132,16 @@ class GatewayTracer:
 
     def step(self, session: str, step: StepLike, *, duration_s: float = 0.0) -> None:
         """A step of ``session`` whose reply is complete: its span, a child of the session's
-        run (opened here at its first step), ending now and starting ``duration_s`` earlier
-        (the request's time in the gateway)."""
+        run, ending now and starting ``duration_s`` earlier (the request's time in the
+        gateway). A step from ``__start__`` opens a run unless one is open; another step joins
+        the open run, else the one that ended last for the session (its reply completed after
+        the session ended), else opens one."""
         end = self._clock_ns()
         start = end - max(0, round(duration_s * _NS))
-        run = self._run(session, start)
+        run = self._runs.get(session)
+        if run is None and has_previous(step):
+            run = self._ended.get(session)
+        run = run or self._run(session, start)
         outcome = step_outcome(step)
         span = self._tracer.start_span(
             tm.step_span_name(step.node),
@@ -201,12 +209,15 @@ class GatewayTracer:
         span.end(end_time=now)
         self._count(kind, pf)
 
-    def session_end(self, session: str) -> None:
-        """``session`` was dropped: end (and so write) its run span. Nothing when it has none.
-        Its prefetches settled later (an abort that ends after) still join this run."""
+    def session_end(self, session: str, *, completed: bool = True) -> None:
+        """``session`` ended: end (and so write) its run span, ``completed`` (its last step moved
+        to END) unless told otherwise. Nothing when it has no open run. What of it completes
+        later (a reply, a prefetch's abort) still joins this run."""
         run = self._runs.pop(session, None)
         if run is None:
             return
+        if completed and run.steps:
+            run.span.set_attributes(tm.workflow_result_attributes(()))
         run.span.end(end_time=self._clock_ns())
         self._ended[session] = run
         self._ended.move_to_end(session)
@@ -214,9 +225,10 @@ class GatewayTracer:
             self._ended.popitem(last=False)
 
     def close(self) -> None:
-        """The gateway stops: end every open run span (call before telemetry shuts down)."""
+        """The gateway stops: end every open run span, not completed (their agents may go on);
+        call it before telemetry shuts down."""
         for session in list(self._runs):
-            self.session_end(session)
+            self.session_end(session, completed=False)
 
     def _run(self, session: str, start_ns: int) -> _Run:
         run = self._runs.get(session)

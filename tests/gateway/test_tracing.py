@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import (
 from typer.testing import CliRunner
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import START, PrefetchOutcome
+from agentwarm._spec import END, START, PrefetchOutcome
 from agentwarm.cli import app
 from agentwarm.gateway.learner import Prefetch, Step
 from agentwarm.gateway.tracing import GatewayTracer
@@ -144,7 +144,8 @@ def test_stats_of_a_gateway_trace_are_the_learners(
         ("baggage", "sup"): (1, 1, 0),
         ("baggage", "refunds"): (0, 1, 0),
         ("refunds", "sup"): (1, 1, 0),
-    }  # no edge into __end__: the gateway never sees an agent finish
+        ("sup", END): (2, 0, 0),  # sessions a and b ended there; c is still open
+    }
 
 
 def test_runs_are_written_when_sessions_end(written: tuple[Path, Traffic, tm.Telemetry]) -> None:
@@ -156,7 +157,11 @@ def test_runs_are_written_when_sessions_end(written: tuple[Path, Traffic, tm.Tel
         "a",
         "b",
     ]  # c is open
-    assert all(tm.AW_RUN_COMPLETED not in s["attributes"] for s in runs.values())
+    for run in runs.values():  # ended by the learner: completed, at the run's last step
+        assert (run["attributes"][tm.AW_RUN_COMPLETED], run["attributes"][tm.AW_RUN_END_STEPS]) == (
+            True,
+            [],
+        )
     steps = [s for s in spans if s["name"].startswith("invoke_agent ")]
     by_id = {s["spanId"]: s for s in spans}
     for s in steps:
@@ -245,7 +250,7 @@ def test_graph_draws_the_observed_transitions(
         '  sup -.->|"1/1"| refunds',
         '  baggage -.->|"0/1"| sup',
         '  refunds -.->|"0/1"| sup',
-        "  sup -.-> stop",  # declared, never seen: sessions do not end at END
+        '  sup -.->|"0/2"| stop',  # sessions a and b ended after sup (c is still open)
         "  start -.-> baggage",  # session c started there: observed, not declared
     ):
         assert line in lines
@@ -258,8 +263,10 @@ def test_a_session_id_back_after_its_session_ended_is_a_new_run() -> None:
         first = tracer.run_id("s")
         tracer.session_end("s")
         tracer.session_end("s")  # already ended: nothing
-        # Its abort ended after the session was dropped: the prefill joins the ended run.
+        # Its abort ended after the session ended: the prefill joins the ended run.
         tracer.prefetch("s", _pf("baggage", 64, CANCELLED, 16), source="sup")
+        # So does a reply that completed late; a step from __start__ is a new run.
+        tracer.step("s", Step("refunds", "sup", ttft_s=0.3))
         assert tracer.open_runs == 0
         tracer.step("s", Step("sup", START, ttft_s=0.1))
         second = tracer.run_id("s")
@@ -273,6 +280,7 @@ def test_a_session_id_back_after_its_session_ended_is_a_new_run() -> None:
         ("invoke_agent sup", first),
         ("invoke_workflow support", first),
         ("agentwarm.prefill", first),
+        ("invoke_agent refunds", first),
         ("invoke_agent sup", second),
         ("invoke_workflow support", second),
     ]
@@ -282,6 +290,10 @@ def test_a_session_id_back_after_its_session_ended_is_a_new_run() -> None:
     assert prefill.parent.span_id == step_ctx.span_id
     assert step.parent.span_id == run_ctx.span_id
     assert run.parent is None
+    attrs = [dict(s.attributes or {}) for s in finished]
+    assert attrs[3][tm.AW_STEP_INDEX] == 1
+    assert (attrs[1][tm.AW_RUN_COMPLETED], attrs[1][tm.AW_RUN_END_STEPS]) == (True, ())
+    assert tm.AW_RUN_COMPLETED not in attrs[5]  # open at close: its agent may go on
 
 
 def test_a_prefetch_not_settled_is_refused() -> None:
