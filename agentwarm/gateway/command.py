@@ -17,20 +17,27 @@ import typer
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
 from agentwarm.gateway.app import GatewayConfig
+from agentwarm.gateway.learner import Learner
+from agentwarm.gateway.prompts import Renderer, load_renderer
 from agentwarm.gateway.run import serve_gateway
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
+from agentwarm.predictors import default_state_dir
 from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES
 
 __all__ = ("build_hooks", "gateway", "parse_upstreams")
 
 
-def build_hooks(model: str | None, state_dir: Path | None, upstream: Upstream) -> Hooks:
-    """The hooks of ``agentwarm gateway``: the learner plugs in here (it learns the agent graph
-    from the traffic and prefills through ``upstream``; ``model`` names the tokenizer and chat
-    template of the served model, ``state_dir`` where learned state is kept). Until then:
-    :class:`~agentwarm.gateway.types.NoHooks`, a plain proxy."""
-    return NoHooks()
+def build_hooks(renderer: Renderer | None, state_dir: Path | None, upstream: Upstream) -> Hooks:
+    """The hooks of ``agentwarm gateway``: a :class:`~agentwarm.gateway.learner.Learner` that
+    learns the agent graph from the traffic and prefills through ``upstream``, rendering with
+    ``renderer`` (the served model's tokenizer and chat template, from ``--model``), its learned
+    state kept in ``state_dir`` (default: ``gateway/`` under
+    :func:`~agentwarm.predictors.default_state_dir`). Without a renderer there is nothing to
+    render prompts with: a plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
+    if renderer is None:
+        return NoHooks()
+    return Learner(upstream, renderer, state_dir=state_dir or default_state_dir() / "gateway")
 
 
 def parse_upstreams(value: str) -> list[str]:
@@ -96,6 +103,7 @@ def gateway(
     http://HOST:PORT' once it accepts connections.
     """
     urls = parse_upstreams(upstream)
+    renderer = load_renderer(model) if model else None  # a bad --model fails before binding
     try:
         up = Upstream(urls, api_key=upstream_api_key or None, timeout=upstream_timeout)
     except ValueError as exc:
@@ -110,13 +118,19 @@ def gateway(
 
     def ready(url: str) -> None:
         typer.echo(f"agentwarm gateway: listening on {url} (upstream={', '.join(up.urls)})")
+        if renderer is None:
+            typer.echo(
+                "agentwarm gateway: no --model: proxying only (learning and prefetching need "
+                "the served model's tokenizer and chat template: pass its preset or directory)",
+                err=True,
+            )
 
     telemetry = tm.configure(trace_file=trace, otlp_endpoint=otlp) if (trace or otlp) else None
     try:
         asyncio.run(
             serve_gateway(
                 up,
-                lambda u: build_hooks(model, state_dir, u),
+                lambda u: build_hooks(renderer, state_dir, u),
                 config=config,
                 log_level=log_level,
                 on_ready=ready,

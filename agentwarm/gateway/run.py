@@ -22,7 +22,7 @@ from agentwarm.errors import ConfigError
 from agentwarm.gateway.app import GatewayConfig, create_gateway_app
 from agentwarm.gateway.types import Hooks
 from agentwarm.gateway.upstream import Upstream
-from agentwarm.server.run import _bind
+from agentwarm.server.run import bind_socket
 from agentwarm.server.security import check_exposure, is_loopback
 
 __all__ = ("serve_gateway",)
@@ -53,7 +53,7 @@ async def serve_gateway(
             log.warning(
                 "gateway on %s without an API key: anyone who can reach it can use it", host
             )
-        sock = _bind(host, config.port)
+        sock = bind_socket(host, config.port)
     except BaseException:
         await upstream.aclose()
         raise

@@ -25,12 +25,12 @@ from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.security import check_exposure, is_loopback
 
-__all__ = ("is_loopback", "run_server", "serve_engine")
+__all__ = ("bind_socket", "is_loopback", "run_server", "serve_engine")
 
 log = logging.getLogger(__name__)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:
@@ -66,7 +66,7 @@ async def serve_engine(
         raise ConfigError(refusal)
     if not is_loopback(host) and not config.api_key:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", host)
-    sock = _bind(host, port)
+    sock = bind_socket(host, port)
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{bound}"

@@ -61,7 +61,9 @@ def test_the_gateway_serves_the_sdk_and_stops_cleanly_on_sigterm(
     worker: ServeProcess, tmp_path: Path
 ) -> None:
     trace = tmp_path / "spans.jsonl"
-    gw = GatewayProcess(["--upstream", worker.url, "--model", "fake-model", "--trace", str(trace)])
+    state = tmp_path / "state"
+    args = ["--upstream", worker.url, "--model", "tiny-bytes", "--trace", str(trace)]
+    gw = GatewayProcess([*args, "--state-dir", str(state)])
     try:
         assert gw.url.startswith("http://127.0.0.1:")
         assert f"upstream={worker.url}" in "".join(gw.output)
@@ -80,7 +82,7 @@ def test_the_gateway_serves_the_sdk_and_stops_cleanly_on_sigterm(
         health = httpx.get(f"{gw.url}/health", timeout=10).json()
         assert health == {"status": "ok", "upstreams": {worker.url: True}}
         stats = httpx.get(f"{gw.url}/v1/agentwarm/stats", timeout=10).json()
-        assert stats["requests"] == 2
+        assert stats["requests"] == 2 and stats["nodes"] == 1  # the learner counted them
         models = httpx.get(f"{gw.url}/v1/models", timeout=10).json()
         assert models == httpx.get(f"{worker.url}/v1/models", timeout=10).json()
     finally:
@@ -88,6 +90,7 @@ def test_the_gateway_serves_the_sdk_and_stops_cleanly_on_sigterm(
     # uvicorn shuts down gracefully, then re-raises the signal so the exit status says SIGTERM
     assert gw.proc.returncode in (0, -signal.SIGTERM)
     assert "Traceback" not in "".join(gw.output) and "ERROR" not in "".join(gw.output)
+    assert (state / "gateway.json").is_file()  # learned state saved at shutdown
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -155,6 +158,10 @@ def test_a_stream_cut_upstream_ends_with_an_error_event_and_done() -> None:
     [
         (["--upstream", "ftp://127.0.0.1:1"], "--upstream: engine URL 'ftp://127.0.0.1:1'"),
         (["--upstream", " , "], "--upstream needs at least one URL"),
+        (
+            ["--upstream", "http://127.0.0.1:1", "--model", "no-such-model"],
+            "--model 'no-such-model' is neither a preset",
+        ),
         (
             ["--upstream", "http://127.0.0.1:1", "--host", "0.0.0.0"],
             "refusing to run the gateway on 0.0.0.0 without an API key",

@@ -1,0 +1,382 @@
+"""The gateway's learner: the :class:`~agentwarm.gateway.types.Hooks` that learn the agent graph
+from live traffic and prefetch the likely next requests of each session.
+
+Per live request (``on_request``, before it is forwarded; lookups only):
+
+1. Its node is its head (:class:`~agentwarm.gateway.heads.HeadRegistry`), its session the
+   hinted one or the one whose conversation it continues
+   (:class:`~agentwarm.gateway.sessions.SessionTracker`).
+2. The session's prefetches are settled: the one for this node is a hit, the others are
+   aborted (their computed tokens are wasted). The transition from the session's previous node
+   feeds the predictor (the runtime's :func:`~agentwarm.predictors.default_predictor`, over node
+   names) and the guardrail; how this node's conversation relates to the session's last request
+   feeds :class:`~agentwarm.gateway.prompts.Shapes`.
+3. The request is routed to the session's worker.
+
+Per reply (``on_response``, after it reached the client) and per tool call decoded in a stream
+(``on_tool_call``): the next nodes are predicted from the session's path, mixed with what the
+tool called predicts (P(next node | tool), learned: LangGraph's ``transfer_to_X`` handoffs), and
+the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.runtime.policy.
+choose_candidates`) are prefilled upstream at speculative priority, each admitted by the same
+rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`): their head +
+the conversation their shape predicts, rendered as the upstream renders it
+(:class:`~agentwarm.gateway.prompts.Renderer`). A failed prefetch is logged and counted, never
+raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
+summarize_steps`) over the last :data:`WINDOW` steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
+from agentwarm.chat import Message
+from agentwarm.engines.base import PrefillStatus, new_rid
+from agentwarm.gateway.heads import HeadRegistry
+from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
+from agentwarm.gateway.sessions import SessionTracker
+from agentwarm.gateway.state import GatewayState, load_state, save_state
+from agentwarm.gateway.toolhints import ToolHints
+from agentwarm.gateway.tracing import GatewayTracer
+from agentwarm.gateway.types import ChatCall, Reply
+from agentwarm.gateway.upstream import Upstream
+from agentwarm.predictors import Predictor, default_predictor
+from agentwarm.runtime.admission import Admission, Limits, Ticket
+from agentwarm.runtime.guardrail import Guardrail
+from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+from agentwarm.stats.definitions import summarize_steps
+
+__all__ = ("WINDOW", "Learner")
+
+log = logging.getLogger(__name__)
+
+#: How many recent steps and prefetches the figures cover.
+WINDOW = 10_000
+#: Ids shorter than this are not worth a request.
+MIN_PREFETCH_TOKENS = 16
+#: How much of a session's path the predictor is given.
+MAX_PATH = 32
+#: How many sessions' paths and pending prefetches are kept (least recently used dropped).
+MAX_SESSIONS = 10_000
+#: A session without a request for this long has ended: the predictor learns END after its
+#: last node (so it stops speculating past the end of runs) and its prefetches are settled.
+SESSION_IDLE_S = 120.0
+
+
+@dataclass(slots=True)
+class Step:
+    """One live request, as the figures see it (a ``StepLike``)."""
+
+    node: str
+    from_node: str
+    prefetched: bool = False
+    ttft_s: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefetched_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Prefetch:
+    """One speculative prefill (a ``PrefillLike``)."""
+
+    node: str
+    rid: str
+    worker: str
+    tokens: int
+    session: str = ""
+    source: str | None = None
+    kind: str = PrefetchKind.SPECULATIVE
+    outcome: str | None = None
+    computed_tokens: int = 0
+    ended: bool = False  # its request ended (or it was never sent): computed_tokens is final
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class _Session:
+    path: list[str] = field(default_factory=list)
+    conversation: list[Message] = field(default_factory=list)
+    reply: Message | None = None
+    tool: str | None = None
+    pending: dict[str, Prefetch] = field(default_factory=dict)
+    candidates: set[str] = field(default_factory=set)
+    last: float = 0.0
+
+
+class Learner:
+    """Learns nodes, sessions and transitions from traffic; prefetches (module docstring)."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        renderer: Renderer | None,
+        *,
+        policy: PrefetchPolicy | None = None,
+        state_dir: Path | None = None,
+        capacity_tokens: int | None = None,
+        predictor_factory: Callable[[], Predictor] = default_predictor,
+        session_idle_s: float = SESSION_IDLE_S,
+        tracer: GatewayTracer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.upstream = upstream
+        self.renderer = renderer
+        self.policy = policy or PrefetchPolicy()
+        self.state_dir = state_dir
+        state = load_state(state_dir, predictor_factory) if state_dir else None
+        state = state or GatewayState(HeadRegistry(), predictor_factory(), Shapes(), ToolHints())
+        self.heads, self.predictor = state.heads, state.predictor
+        self.shapes, self.tool_hints = state.shapes, state.tool_hints
+        self.sessions = SessionTracker(clock=clock)
+        self.session_idle_s = session_idle_s
+        self.tracer = tracer or GatewayTracer()
+        self._clock = clock
+        self.guardrail = Guardrail()
+        self.admission = Admission(clock=clock).bind(Limits.of(self.policy, capacity_tokens))
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._live: dict[str, Step] = {}
+        self._steps: deque[Step] = deque(maxlen=WINDOW)
+        self._prefetches: deque[Prefetch] = deque(maxlen=WINDOW)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.requests = 0
+        self.sessions_seen = 0
+
+    # --- Hooks ------------------------------------------------------------------------------
+
+    async def on_request(self, call: ChatCall) -> None:
+        head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
+        sid, _new = self.sessions.assign(conversation, head.key, call.session_hint)
+        call.session, call.node = sid, head.name
+        self.requests += 1
+        now = self._clock()
+        self._end_idle(now, keep=sid)
+        session = self._sessions.get(sid)
+        if session is None:
+            session = self._sessions[sid] = _Session()
+            self.sessions_seen += 1
+            while len(self._sessions) > MAX_SESSIONS:
+                self._end(*self._sessions.popitem(last=False))
+        self._sessions.move_to_end(sid)
+        session.last = now
+        step = Step(node=head.name, from_node=session.path[-1] if session.path else START)
+        hit = session.pending.pop(head.name, None)
+        if hit is not None and hit.outcome is None:
+            self._resolve(hit, PrefetchOutcome.HIT)
+            step.prefetched, step.prefetched_tokens = True, hit.tokens
+        self._settle(session)
+        if session.candidates:
+            self.guardrail.observe(head.name in session.candidates, self.policy)
+        if session.path:
+            shape = classify(conversation, session.conversation, session.reply)
+            self.shapes.observe(head.name, shape)
+            if session.tool is not None:
+                self.tool_hints.observe(session.tool, head.name)
+        self.predictor.observe(session.path[-MAX_PATH:], head.name)
+        session.path.append(head.name)
+        del session.path[:-MAX_PATH]
+        session.conversation, session.reply, session.tool = conversation, None, None
+        session.candidates = set()
+        self._live[call.rid] = step
+        self._steps.append(step)
+        call.worker = self.upstream.worker_for(sid, call.rid)
+
+    def on_tool_call(self, call: ChatCall, name: str) -> None:
+        session = self._sessions.get(call.session or "")
+        if session is None or session.tool is not None:
+            return
+        session.tool = name
+        self._prefetch(call.session or "", session)  # before the reply ends: without it
+
+    async def on_response(self, call: ChatCall, reply: Reply) -> None:
+        step = self._live.pop(call.rid, None)
+        sid = call.session or ""
+        if step is not None:
+            step.ttft_s = reply.ttft_s
+            step.prompt_tokens, step.cached_tokens = reply.prompt_tokens, reply.cached_tokens
+            self.tracer.step(sid, step, duration_s=reply.duration_s)
+        session = self._sessions.get(sid)
+        if session is None or reply.status != 200 or not reply.message:
+            return
+        head = self.heads.get(call.node or "")
+        if head is None:
+            return
+        self.sessions.record(sid, session.conversation, head.key, reply.message)
+        session.reply = reply.message
+        calls = reply.message.get("tool_calls") or []
+        if calls and session.tool is None:
+            session.tool = str(calls[0].get("function", {}).get("name") or "") or None
+        self._prefetch(sid, session)
+
+    def stats(self) -> dict[str, Any]:
+        summary = summarize_steps(
+            list(self._steps), list(self._prefetches), workflow="gateway", runs=self.sessions_seen
+        ).to_dict()
+        hits = [s for s in self._steps if s.prefetched and s.ttft_s is not None]
+        return {
+            **summary,
+            "requests": self.requests,
+            "sessions": len(self._sessions),
+            "nodes": len(self.heads),
+            "guardrail_level": str(self.guardrail.level),
+            # Checked against the upstream: how much of a hit's prefetched prefix it found cached.
+            "hit_cached_fraction": (
+                sum(min(s.cached_tokens, s.prefetched_tokens) for s in hits)
+                / sum(s.prefetched_tokens for s in hits)
+                if hits and any(s.prefetched_tokens for s in hits)
+                else None
+            ),
+        }
+
+    async def drain(self) -> None:
+        """Wait until every prefetch and abort sent so far has ended (for tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        for session in self._sessions.values():
+            self._settle(session)  # not ended: the gateway stops, the agents may go on
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.tracer.close()
+        self.save()
+
+    def save(self) -> None:
+        """Write the learned state to the state dir (logged, never raised)."""
+        if self.state_dir is None:
+            return
+        state = GatewayState(self.heads, self.predictor, self.shapes, self.tool_hints)
+        try:
+            save_state(self.state_dir, state)
+        except OSError as exc:
+            log.warning("cannot save the gateway's learned state in %s: %s", self.state_dir, exc)
+
+    # --- prefetching ------------------------------------------------------------------------
+
+    def _ranked(self, session: _Session) -> list[tuple[str, float]]:
+        predicted = self.predictor.predict(session.path[-MAX_PATH:])
+        if session.tool is None:
+            return predicted
+        return self.tool_hints.mix(session.tool, predicted)
+
+    def _prefetch(self, sid: str, session: _Session) -> None:
+        if self.renderer is None or not self.policy.enabled:
+            return
+        limits = self.guardrail.limits(self.policy)
+        if limits.paused:
+            return
+        chosen = choose_candidates(
+            self._ranked(session), top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
+        )
+        session.candidates |= {name for _, name, _ in chosen}
+        sent: set[tuple[int, ...]] = set()
+        for _, name, p in chosen:
+            head = self.heads.get(name)
+            if head is None:
+                continue
+            shape = self.shapes.rule(name)
+            conversation = expected_conversation(shape, session.conversation, session.reply)
+            ids = self.renderer.prefix_ids(head, conversation)
+            key = tuple(ids)
+            if len(ids) < MIN_PREFETCH_TOKENS or key in sent:
+                continue
+            sent.add(key)
+            old = session.pending.get(name)
+            if old is not None and old.tokens >= len(ids):
+                continue  # what it sent already covers this (same prefix, or longer)
+            self._send(sid, session, name, ids, p, replace=old)
+
+    def _send(
+        self,
+        sid: str,
+        session: _Session,
+        name: str,
+        ids: list[int],
+        p: float,
+        *,
+        replace: Prefetch | None,
+    ) -> None:
+        rid = new_rid()
+        worker = self.upstream.worker_for(sid, rid)
+        source = session.path[-1] if session.path else None
+        pf = Prefetch(name, rid, worker, len(ids), session=sid, source=source)
+        self._prefetches.append(pf)
+        ticket = self.admission.try_acquire(value=p, tokens=len(ids))
+        if ticket is None:
+            pf.ended = True
+            self._resolve(pf, PrefetchOutcome.DROPPED)
+            return
+        if replace is not None and replace.outcome is None:
+            self._resolve(replace, PrefetchOutcome.CANCELLED)  # superseded by a longer prefix
+        session.pending[name] = pf
+        pf.task = asyncio.get_running_loop().create_task(self._prefill(pf, ids, sid, ticket))
+        self._tasks.add(pf.task)
+        pf.task.add_done_callback(self._tasks.discard)
+
+    async def _prefill(self, pf: Prefetch, ids: Sequence[int], sid: str, ticket: Ticket) -> None:
+        try:
+            result = await self.upstream.prefill(pf.worker, ids, rid=pf.rid, session=sid)
+            pf.computed_tokens = result.computed_tokens
+            if result.status is PrefillStatus.ABORTED and pf.outcome is None:
+                pf.outcome = PrefetchOutcome.CANCELLED
+        except asyncio.CancelledError:
+            if pf.outcome is None:
+                pf.outcome = PrefetchOutcome.CANCELLED
+            raise
+        except Exception as exc:  # a failed prefetch never affects a live request
+            log.warning("prefetch %s of node %s failed: %s", pf.rid, pf.node, exc)
+            if pf.outcome is None:
+                pf.outcome = PrefetchOutcome.FAILED
+        finally:
+            self.admission.release(ticket)
+            pf.ended = True
+            if pf.outcome is not None:
+                self.tracer.prefetch(pf.session, pf, source=pf.source)
+
+    def _settle(self, session: _Session) -> None:
+        """The session's next request came (or the gateway stops): the pending prefetches lost."""
+        for pf in session.pending.values():
+            if pf.outcome is None:
+                running = pf.task is not None and not pf.task.done()
+                outcome = PrefetchOutcome.CANCELLED if running else PrefetchOutcome.WASTED
+                self._resolve(pf, outcome)
+                if running:
+                    task = asyncio.get_running_loop().create_task(
+                        self.upstream.abort(pf.worker, pf.rid)
+                    )
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+        session.pending.clear()
+
+    def _end_idle(self, now: float, *, keep: str) -> None:
+        """End the sessions idle for ``session_idle_s`` (the least recently used come first)."""
+        while self._sessions:
+            sid, session = next(iter(self._sessions.items()))
+            if sid == keep or now - session.last < self.session_idle_s:
+                return
+            del self._sessions[sid]
+            self._end(sid, session)
+
+    def _end(self, sid: str, session: _Session) -> None:
+        """A session ended: its prefetches lost; the run ended after its last node."""
+        self._settle(session)
+        if session.path:
+            self.predictor.observe(session.path[-MAX_PATH:], END)
+        self.tracer.session_end(sid)
+
+    def _resolve(self, pf: Prefetch, outcome: PrefetchOutcome) -> None:
+        """Set the outcome of ``pf``; trace it when its request has ended (else when it ends)."""
+        pf.outcome = outcome
+        if pf.ended:
+            self.tracer.prefetch(pf.session, pf, source=pf.source)
