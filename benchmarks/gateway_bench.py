@@ -1,0 +1,333 @@
+"""The gateway on real conversations: TTFT straight to the upstream vs through the gateway.
+
+Usage::
+
+    python -m benchmarks.gateway_bench [--profile quick|full] [--quick] [--json]
+        [--engine fake|local] [--model small] [--layout subagent|shared|both]
+        [--warmup 20] [--conversations N] [--max-steps N] [--think SPEC] [--warmup-think SPEC]
+        [--seconds-per-token S] [--seconds-per-output-token S] [--overhead]
+
+The conversations of ``../shared/data/tau-airline/conversations.jsonl`` (``--file``) are
+replayed as an OpenAI client sends them: one streamed request per assistant turn (the real
+``openai`` SDK, ``max_tokens`` 8, ``stream_options.include_usage``), carrying the conversation
+so far, under the head its layout gives that turn's node, as ``agentwarm bench --conversations
+--layout`` builds them (:mod:`agentwarm.bench.workload`): ``subagent`` (one head per tool
+specialist: the policy, that specialist's instructions and its tool's schema) and ``shared``
+(a single agent: the policy and all 14 tools). Between requests a think time (the tool or the
+user) passes, during which the gateway prefetches. Conversations run one after another: the
+first ``--warmup`` ones are not measured (the gateway learns the nodes and transitions, the
+upstream's radix cache fills, alike in both modes), the next ``--conversations`` are.
+
+Each mode gets a fresh upstream, ``agentwarm serve``'s app on a new engine of the same type
+(``--engine fake``: the cost model, priced per byte token so that a prompt costs about what
+the ``small`` preset costs on 2 CPU cores; ``--engine local --model small``: the real one),
+served by uvicorn on loopback in this process: ``direct`` sends to it, ``gateway`` sends to
+the gateway app (its learner, no saved state) in front of it. TTFT is measured by the client:
+request sent to the first chunk with content or a tool call (the local engine holds a reply
+with tools until it is parsed, so its TTFT includes the 8 output tokens, in both modes).
+
+Per layout: TTFT mean/p50/p95 of both modes and gateway/direct ratios; prompt tokens the
+upstream found cached; the learner's branch hit rate, acceptance, wasted tokens and
+prefetches issued over the measured conversations; the gateway's own time per request (all
+requests, warm-up included). Then the overhead figure (:mod:`benchmarks.gateway_overhead`):
+zero-cost fake upstreams, direct vs the gateway without hooks vs with the learner; ``--overhead``
+measures only that.
+
+Goals (issue 13): subagent TTFT through the gateway ≤ 0.6× direct (mean); shared ≤ 1.02×;
+gateway overhead ≤ 2 ms per request (p50, with the learner, fake upstream).
+
+``--profile quick`` (the test's): 3 + 2 short conversations, 0.1 s think times, a cheap cost
+model, 40 overhead requests: ~20 s. ``--profile full``: 20 + 10 conversations of at most 12
+turns, lognormal think times (mean 4 s; 0.5 s during the warm-up), small-on-CPU costs, 500
+overhead requests: estimated 1-1.5 h on the fake engine (most of it think time), longer with
+``--engine local``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from agentwarm.bench.config import PROFILES as BENCH_PROFILES
+from agentwarm.bench.workload import LAYOUTS, PromptSizes, ThinkTime
+from agentwarm.errors import ConfigError
+from agentwarm.stats.definitions import percentile
+from benchmarks.gateway_overhead import measure_overhead
+from benchmarks.gateway_replay import EngineSpec, Replay, build_replay, renderer_for, replay, stack
+
+__all__ = ("GOALS", "PROFILES", "Profile", "main", "measure")
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_FILE = ROOT.parent / "shared" / "data" / "tau-airline" / "conversations.jsonl"
+#: Goals on gateway/direct mean TTFT per layout (issue 13).
+GOALS = {"subagent": 0.6, "shared": 1.02}
+#: The counters of the learner's stats that are differenced over the measured conversations.
+_COUNTS = ("branch_steps", "branch_hits", "prefetches_issued", "prefetch_hits", "wasted_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Defaults of a run (each overridable by its option)."""
+
+    warmup: int
+    conversations: int
+    max_steps: int | None
+    think: str
+    warmup_think: str
+    seconds_per_token: float
+    seconds_per_output_token: float
+    overhead_requests: int
+    sizes: PromptSizes
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(3, 2, 5, "const:0.1", "const:0.05", 2e-5, 1e-3, 40,
+                     BENCH_PROFILES["quick"].config.sizes),
+    # ~0.45 ms per byte token ≈ 1.8 ms per Qwen token: small's prefill on 2 CPU cores (README).
+    "full": Profile(20, 10, 12, "lognormal:mean=4.0,sigma=0.5", "const:0.5", 4.5e-4, 0.03, 500,
+                    BENCH_PROFILES["full"].config.sizes),
+}  # fmt: skip
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any], key: str) -> int:
+    return int(after.get(key) or 0) - int(before.get(key) or 0)
+
+
+async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[str, Any]:
+    """One mode (``direct`` or ``learner``) on a fresh upstream: warm-up, then measured."""
+    t0 = time.perf_counter()
+    renderer = renderer_for(spec) if kind == "learner" else None
+    async with stack(kind, spec, renderer) as target:
+        await replay(target, rp.workload, rp.warmup, max_tokens=max_tokens)
+        before = target.learner.stats() if target.learner else {}
+        samples = await replay(target, rp.workload, rp.measured, max_tokens=max_tokens)
+        after = target.learner.stats() if target.learner else {}
+        gateway = target.gateway_summary()
+    ttfts = sorted(s.ttft_s for s in samples)
+    prompt, cached = sum(s.prompt_tokens for s in samples), sum(s.cached_tokens for s in samples)
+    d = {key: _delta(before, after, key) for key in _COUNTS}
+    issued = d["prefetches_issued"]
+    overhead = gateway.get("overhead_p50_s")
+    return {
+        "requests": len(samples),
+        "ttft_mean_s": statistics.fmean(ttfts) if ttfts else None,
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p95_s": percentile(ttfts, 95),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "cached_fraction": cached / prompt if prompt else None,
+        **d,
+        "branch_hit_rate": d["branch_hits"] / d["branch_steps"]
+        if issued and d["branch_steps"]
+        else None,
+        "acceptance_ratio": d["prefetch_hits"] / issued if issued else None,
+        "hit_cached_fraction": after.get("hit_cached_fraction"),
+        "gateway_overhead_p50_ms": None if overhead is None else overhead * 1000,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+async def run_layout(rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[str, Any]:
+    """Both modes of one layout, one after the other, and the gateway/direct ratios."""
+    direct = await run_mode("direct", rp, spec, max_tokens=max_tokens)
+    gateway = await run_mode("learner", rp, spec, max_tokens=max_tokens)
+    ratios = {
+        q: _ratio(gateway[f"ttft_{q}_s"], direct[f"ttft_{q}_s"]) for q in ("mean", "p50", "p95")
+    }
+    goal = GOALS[rp.workload.layout]
+    return {
+        "layout": rp.workload.layout,
+        "warmup_conversations": len(rp.warmup),
+        "measured_conversations": len(rp.measured),
+        "direct": direct,
+        "gateway": gateway,
+        "ttft_ratio": ratios,
+        "goal_ratio": goal,
+        "goal_met": ratios["mean"] is not None and ratios["mean"] <= goal,
+    }
+
+
+def _progress(line: str) -> None:
+    print(f"[gateway_bench] {line}", file=sys.stderr, flush=True)
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every figure the options ask for, as one JSON-ready object."""
+    t0 = time.perf_counter()
+    prof = PROFILES[args.profile]
+    spec = EngineSpec(
+        args.engine,
+        args.model,
+        args.seconds_per_token if args.seconds_per_token is not None else prof.seconds_per_token,
+        args.seconds_per_output_token
+        if args.seconds_per_output_token is not None
+        else prof.seconds_per_output_token,
+    )
+    think = ThinkTime.parse(args.think or prof.think)
+    warmup_think = ThinkTime.parse(args.warmup_think or prof.warmup_think)
+    warmup = prof.warmup if args.warmup is None else args.warmup
+    conversations = prof.conversations if args.conversations is None else args.conversations
+    max_steps = prof.max_steps if args.max_steps is None else (args.max_steps or None)
+
+    def build(layout: str, engine: EngineSpec) -> Replay:
+        return build_replay(
+            args.file,
+            layout,
+            encode=renderer_for(engine).tokenizer.encode,
+            sizes=prof.sizes,
+            think=think,
+            warmup_think=warmup_think,
+            warmup=warmup,
+            conversations=conversations,
+            max_steps=max_steps,
+        )
+
+    out: dict[str, Any] = {
+        "profile": args.profile,
+        "engine": spec.kind,
+        "model": spec.model if spec.kind == "local" else None,
+        "seconds_per_token": spec.seconds_per_token if spec.kind == "fake" else None,
+        "seconds_per_output_token": spec.seconds_per_output_token if spec.kind == "fake" else None,
+        "think": str(think),
+        "warmup_think": str(warmup_think),
+        "max_steps": max_steps,
+        "max_tokens": args.max_tokens,
+        "file": str(args.file),
+        "layouts": {},
+    }
+    if not args.overhead:
+        layouts = LAYOUTS if args.layout == "both" else (args.layout,)
+        for layout in layouts:
+            _progress(f"{layout} layout: direct, then through the gateway")
+            out["layouts"][layout] = await run_layout(
+                build(layout, spec), spec, max_tokens=args.max_tokens
+            )
+    _progress(f"overhead: {prof.overhead_requests} requests x 3 stacks")
+    fake = replace(spec, kind="fake")
+    out["overhead"] = await measure_overhead(
+        build("subagent", fake), requests=prof.overhead_requests, max_tokens=args.max_tokens
+    )
+    out["elapsed_s"] = time.perf_counter() - t0
+    return out
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return f"{value * 1000:.1f} ms"
+    if unit == "%":
+        return f"{value:.0%}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The tables of ``report`` (:func:`measure`) as text."""
+    lines: list[str] = []
+    rows = [
+        ("TTFT mean", "ttft_mean_s", "ms"),
+        ("TTFT p50", "ttft_p50_s", "ms"),
+        ("TTFT p95", "ttft_p95_s", "ms"),
+        ("cached prompt tokens", "cached_fraction", "%"),
+        ("branch hit rate", "branch_hit_rate", "%"),
+        ("acceptance", "acceptance_ratio", "%"),
+        ("wasted tokens", "wasted_tokens", ""),
+        ("prefetches issued", "prefetches_issued", ""),
+    ]
+    for layout, lay in report["layouts"].items():
+        d, g = lay["direct"], lay["gateway"]
+        lines.append(
+            f"{layout} layout: {lay['measured_conversations']} conversations measured "
+            f"({d['requests']} requests) after {lay['warmup_conversations']} warm-up"
+        )
+        lines.append(f"  {'':<22}{'direct':>12}{'gateway':>12}{'ratio':>9}")
+        for label, key, unit in rows:
+            ratio = lay["ttft_ratio"].get(key[5:-2]) if key.startswith("ttft_") else None
+            lines.append(
+                f"  {label:<22}{_fmt(d[key], unit):>12}{_fmt(g[key], unit):>12}"
+                f"{_fmt(ratio, 'x') if ratio is not None else '':>9}"
+            )
+        over = g["gateway_overhead_p50_ms"]
+        verdict = "met" if lay["goal_met"] else "NOT met"
+        lines.append(f"  gateway's own time per request (p50): {_num(over)} ms")
+        lines.append(f"  goal: gateway/direct mean TTFT <= {lay['goal_ratio']}x: {verdict}")
+        lines.append("")
+    ov = report["overhead"]
+    lines.append(f"gateway overhead, zero-cost fake upstream, {ov['requests']} requests each:")
+    lines.append(
+        f"  direct: p50 {_fmt(ov['direct']['p50_ms'])} ms, p95 {_fmt(ov['direct']['p95_ms'])} ms"
+    )
+    for kind in ("nohooks", "learner"):
+        o = ov[kind]
+        lines.append(
+            f"  {kind}: adds p50 {_num(o['added_p50_ms'])} ms, p95 {_num(o['added_p95_ms'])} ms; "
+            f"gateway's own time p50 {_num(o['overhead_p50_ms'])} ms, "
+            f"p95 {_num(o['overhead_p95_ms'])} ms"
+        )
+    verdict = "met" if ov["goal_met"] else "NOT met"
+    lines.append(f"  goal: the learner's own time <= {ov['goal_ms']} ms (p50): {verdict}")
+    verdict = "met" if ov["hop_goal_met"] else "NOT met"
+    lines.append(f"  goal: the proxy hop adds <= {ov['goal_ms']} ms (p50): {verdict}")
+    lines.append(f"elapsed {report['elapsed_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gateway_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--profile", choices=sorted(PROFILES), default="full")
+    add("--quick", action="store_true", help="--profile quick (a smoke test)")
+    add("--engine", choices=("fake", "local"), default="fake")
+    add("--model", default="small", help="local engine's preset or checkpoint (default small)")
+    add("--layout", choices=(*LAYOUTS, "both"), default="both")
+    add("--file", type=Path, default=DEFAULT_FILE, help="conversations (JSON lines)")
+    add("--warmup", type=int, help="unmeasured conversations first (full: 20)")
+    add("--conversations", type=int, help="measured conversations")
+    add("--max-steps", type=int, help="assistant turns per conversation at most (0: all)")
+    add("--think", help="think time between requests, e.g. const:0.2 or lognormal:mean=4,sigma=0.5")
+    add("--warmup-think", help="think time during the warm-up")
+    add("--seconds-per-token", type=float, help="fake engine: prefill cost per token")
+    add("--seconds-per-output-token", type=float, help="fake engine: cost per output token")
+    add("--max-tokens", type=int, default=8, help="max_tokens of each request")
+    add("--overhead", action="store_true", help="measure only the gateway's overhead")
+    add("--json", action="store_true", help="print one JSON object instead of the tables")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.profile = "quick"
+    for name in ("warmup", "conversations", "max_steps"):
+        value = getattr(args, name)
+        if value is not None and value < (1 if name == "conversations" else 0):
+            parser.error(f"--{name.replace('_', '-')} must not be {value}")
+    try:
+        report = asyncio.run(measure(args))
+    except ConfigError as exc:
+        print(f"gateway_bench: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
