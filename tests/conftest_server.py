@@ -95,6 +95,25 @@ class ServeProcess:
                 self.kill()
 
 
+class GatewayProcess(ServeProcess):
+    """One ``python -m agentwarm gateway`` subprocess on loopback, an OS-chosen port."""
+
+    def __init__(self, args: Sequence[str], *, timeout_s: float = 60.0) -> None:
+        cmd = [sys.executable, "-m", "agentwarm.cli", "gateway", "--port", "0", *args]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.output: list[str] = []
+        self.url = self._wait_ready(timeout_s)
+        self._drain = threading.Thread(target=self._read_rest, daemon=True)
+        self._drain.start()
+
+
 @contextmanager
 def serve(*args: str) -> Iterator[ServeProcess]:
     """``agentwarm serve --engine fake`` with the test costs, unless ``args`` say otherwise."""

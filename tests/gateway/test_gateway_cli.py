@@ -6,39 +6,18 @@ options."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tests.conftest_server import ROOT, ServeProcess, serve
+from tests.conftest_server import ROOT, GatewayProcess, ServeProcess, serve
 from tests.waiting import wait_until
-
-
-class GatewayProcess(ServeProcess):
-    """One ``python -m agentwarm gateway`` subprocess on loopback, an OS-chosen port."""
-
-    def __init__(self, args: Sequence[str], *, timeout_s: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", "agentwarm.cli", "gateway", "--port", "0", *args]
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.output: list[str] = []
-        self.url = self._wait_ready(timeout_s)
-        self._drain = threading.Thread(target=self._read_rest, daemon=True)
-        self._drain.start()
 
 
 @pytest.fixture(scope="module")
