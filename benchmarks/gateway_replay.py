@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +39,7 @@ from agentwarm.gateway.prompts import Renderer, load_renderer
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.app import ServerConfig, create_app
+from agentwarm.server.run import bind_socket
 
 __all__ = (
     "KINDS",
@@ -173,11 +173,7 @@ def requests_of(
 async def served(app: Starlette) -> AsyncIterator[str]:
     """``app`` served by uvicorn on a free loopback port in this event loop; yields its URL.
     At exit the server stops (its lifespan closes the app's engine or hooks)."""
-    # proto IPPROTO_TCP, as getaddrinfo gives it: asyncio sets TCP_NODELAY on the accepted
-    # connections only then (with proto 0 a reply in two writes waits out a delayed ACK, ~40 ms).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
