@@ -1,7 +1,8 @@
-"""Who may talk to ``agentwarm serve`` and how big a request may be.
+"""Who may talk to ``agentwarm serve`` (and ``agentwarm gateway``) and how big a request may be.
 
-Rules (each one decided here, used by :mod:`agentwarm.server.app` and
-:mod:`agentwarm.server.run`):
+Rules (each one decided here, used by :mod:`agentwarm.server.app` and :mod:`agentwarm.server.run`,
+and by the gateway's :mod:`agentwarm.gateway.app` and :mod:`agentwarm.gateway.run`; the messages
+say "this server" so that they hold for both):
 
 * **Exposure** (:func:`check_exposure`): a server bound to anything but loopback needs an API key,
   unless the operator passes ``--insecure-no-api-key``.
@@ -139,7 +140,7 @@ class HostGuard:
             if not self.allowed(host):
                 message = (
                     f"Host header {host!r} does not name this server: without an API key "
-                    "agentwarm serve answers only requests addressed to localhost, 127.0.0.1, "
+                    "this server answers only requests addressed to localhost, 127.0.0.1, "
                     f"[::1] or {self.bound or 'its bound host'} (DNS-rebinding protection); "
                     "use one of those, or start the server with --api-key"
                 )
@@ -152,7 +153,7 @@ class HostGuard:
             if not origin_host or not self.allowed(origin_host):
                 message = (
                     f"cross-site request from Origin {text!r} refused: without an API key "
-                    "agentwarm serve accepts state-changing requests only from local pages; "
+                    "this server accepts state-changing requests only from local pages; "
                     "start the server with --api-key to use it from elsewhere"
                 )
                 await self.error(403, message, "ForbiddenError")(scope, receive, send)
