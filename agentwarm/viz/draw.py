@@ -33,6 +33,7 @@ from agentwarm.viz.annotate import (
     hit_colour,
     is_dashed,
     label,
+    probability_legend,
 )
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ def _text_w(text: str, size: float, bold: bool = False) -> float:
 
 
 def _subtitle(info: GraphInfo) -> str:
-    text = "edge width: learned P(next | node)" if info.has_probabilities else "no learned state"
+    legend = probability_legend(info)
+    text = f"edge width: {legend}" if info.has_probabilities else legend
     if info.runs:
         text += f" · colour: branch hit rate over {plural(info.runs, 'run')}"
     else:

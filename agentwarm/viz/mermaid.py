@@ -16,7 +16,14 @@ import re
 
 from agentwarm._fmt import plural
 from agentwarm._spec import END, START
-from agentwarm.viz.annotate import GraphInfo, edge_caption, edge_width, hit_colour, is_dashed
+from agentwarm.viz.annotate import (
+    GraphInfo,
+    edge_caption,
+    edge_width,
+    hit_colour,
+    is_dashed,
+    probability_legend,
+)
 
 __all__ = ("render_mermaid",)
 
@@ -56,7 +63,7 @@ def _escape(text: str) -> str:
 
 
 def _legend(info: GraphInfo) -> str:
-    learned = "learned P(next | node)" if info.has_probabilities else "no learned state"
+    learned = probability_legend(info)
     hits = f"branch hit rate over {plural(info.runs, 'run')}" if info.runs else "no traces"
     return f"width: {learned} · colour: {hits} (grey: no data) · label: P · hits/taken"
 

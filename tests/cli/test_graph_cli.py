@@ -55,11 +55,14 @@ def state_dir(tmp_path: Path, flow: Path) -> Path:
     return sdir
 
 
-def _trace(path: Path) -> Path:
+def _trace(path: Path, workflow: str = "flow") -> Path:
+    """One run of ``workflow``: plan → tool (hit) → plan (hit) → answer (miss), no run span."""
+    trace_id = workflow.encode().hex().ljust(32, "0")[:32]
+
     def step(i: int, frm: str, node: str, hit: bool) -> dict[str, object]:
-        attrs = tm.step_attributes(workflow="flow", run_id="r", index=i, from_node=frm,
+        attrs = tm.step_attributes(workflow=workflow, run_id="r", index=i, from_node=frm,
                                    node=node, prefetched=hit, outcome="x")  # fmt: skip
-        return {"traceId": "a" * 32, "spanId": f"{i:016x}", "name": f"invoke_agent {node}",
+        return {"traceId": trace_id, "spanId": f"{i:016x}", "name": f"invoke_agent {node}",
                 "attributes": attrs}  # fmt: skip
 
     rows = [step(0, "__start__", "plan", False), step(1, "plan", "tool", True),
@@ -179,3 +182,112 @@ def test_bad_format_value_is_a_usage_error(flow: Path) -> None:
     result = runner.invoke(app, ["graph", str(flow), "-f", "jpeg"])
     assert result.exit_code == 2
     assert "Invalid value" in result.stderr
+
+
+def test_trace_alone_in_every_format(tmp_path: Path) -> None:
+    # No workflow file: the traced transitions are the graph, P their observed shares.
+    trace = _trace(tmp_path / "t.jsonl")
+    text = runner.invoke(app, ["graph", "--trace", str(trace)], env={"COLUMNS": "150"})
+    assert text.exit_code == 0, text.output
+    assert [line.rstrip() for line in text.stdout.splitlines()] == [
+        "flow: 3 nodes, entry plan, hit rates from 1 traced run",
+        "┏━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━┓",
+        "┃ from  ┃ to     ┃ P(to | from)    ┃ taken ┃ prefetched ┃ hits ┃ hit rate ┃",
+        "┡━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━┩",
+        "│ START │ plan   │ ██████████ 1.00 │     1 │          0 │    0 │        — │",
+        "│ plan  │ answer │ █████░░░░░ 0.50 │     1 │          0 │    0 │       0% │",
+        "│ plan  │ tool   │ █████░░░░░ 0.50 │     1 │          0 │    1 │     100% │",
+        "│ tool  │ plan   │ ██████████ 1.00 │     1 │          0 │    1 │     100% │",
+        "└───────┴────────┴─────────────────┴───────┴────────────┴──────┴──────────┘",
+    ]
+    assert text.stderr == ""
+    dot = runner.invoke(app, ["graph", "--trace", str(trace), "-f", "dot"])
+    assert dot.exit_code == 0, dot.output
+    assert [line for line in dot.stdout.splitlines() if "->" in line or "label=" in line] == [
+        '  label="flow"; labelloc=t; fontname="Helvetica";',
+        '  "__start__" [shape=circle, label="", width=0.18, style=filled, fillcolor="#334155"];',
+        '  "plan" [label="plan", penwidth=2.5, color="#16a34a"];',
+        '  "answer" [label="answer"];',
+        '  "tool" [label="tool"];',
+        '  "__start__" -> "plan" [penwidth=2.00, color="#94a3b8"];',
+        '  "plan" -> "answer" [penwidth=4.50, color="#dc2626", label="0.50 · 0/1"];',
+        '  "plan" -> "tool" [penwidth=4.50, color="#16a34a", label="0.50 · 1/1"];',
+        '  "tool" -> "plan" [penwidth=8.00, color="#16a34a", label="1.00 · 1/1"];',
+    ]
+    mmd = tmp_path / "g.mmd"
+    mermaid = runner.invoke(app, ["graph", "--trace", str(trace), "-o", str(mmd)])
+    assert mermaid.exit_code == 0, mermaid.output
+    assert mermaid.stderr == f"wrote {mmd}\n"
+    lines = mmd.read_text().splitlines()
+    assert lines[4] == (
+        "  %% width: observed P(next | node) · colour: branch hit rate over 1 run (grey: no data)"
+        " · label: P · hits/taken"
+    )
+    assert lines[5:13] == [
+        '  start((" "))',
+        '  plan["plan<br/>2 visits"]',
+        '  answer["answer<br/>1 visit"]',
+        '  tool["tool<br/>1 visit"]',
+        "  start --> plan",
+        '  plan -->|"0.50 · 0/1"| answer',
+        '  plan -->|"0.50 · 1/1"| tool',
+        '  tool -->|"1.00 · 1/1"| plan',
+    ]
+    svg = tmp_path / "g.svg"
+    assert runner.invoke(app, ["graph", "--trace", str(trace), "-o", str(svg)]).exit_code == 0
+    texts = {t.text for t in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}text")}
+    assert {"flow", "plan", "tool", "answer", "0.50 · 0/1", "0.50 · 1/1", "1.00 · 1/1"} <= texts
+    assert "END" not in texts  # the run has no run span: no edge into END
+    png = tmp_path / "g.png"
+    assert runner.invoke(app, ["graph", "--trace", str(trace), "-o", str(png)]).exit_code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trace_of_several_workflows_needs_workflow(tmp_path: Path) -> None:
+    traces = [str(_trace(tmp_path / "a.jsonl")), str(_trace(tmp_path / "b.jsonl", "other"))]
+    args = ["graph", "--trace", traces[0], "--trace", traces[1], "-f", "mermaid"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: --trace {traces[0]}, {traces[1]}: the trace holds 2 workflows (flow, other); "
+        "choose one with --workflow NAME\n"
+    )
+    chosen = runner.invoke(app, [*args, "--workflow", "other"])
+    assert chosen.exit_code == 0, chosen.output
+    assert chosen.stdout.splitlines()[1] == "title: other"
+    unknown = runner.invoke(app, [*args, "--workflow", "nope"])
+    assert unknown.exit_code == 2
+    assert (
+        unknown.stderr
+        == "error: --workflow nope: no steps of it in the trace; it holds flow, other\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "error: nothing to draw: give a workflow file (agentwarm graph FILE[:WORKFLOW]) or a "
+             "trace (agentwarm graph --trace TRACE.jsonl)"),
+        (["-f", "dot"], "error: nothing to draw: give a workflow file (agentwarm graph "
+         "FILE[:WORKFLOW]) or a trace (agentwarm graph --trace TRACE.jsonl)"),
+        (["{flow}", "--workflow", "flow"], "error: --workflow flow is for a graph drawn from "
+         "traces alone; with a workflow file name the workflow as {flow}:flow"),
+        (["--trace", "{trace}", "--state-dir", "{tmp}/s"], "error: --state-dir needs a workflow "
+         "file (learned state is kept per declared workflow); without FILE the graph shows the "
+         "transitions observed in the trace"),
+        (["--trace", "{tmp}/foreign.jsonl"], "error: --trace {tmp}/foreign.jsonl: no workflow "
+         "steps in the trace; trace runs with `agentwarm run --trace` or `agentwarm gateway "
+         "--trace`"),
+        (["--trace", "{tmp}/none.jsonl"], "error: {tmp}/none.jsonl: no such trace file"),
+        (["--trace", "{trace}", "-f", "png"], "error: --format png writes a binary file: "
+         "give -o FILE.png"),
+    ],
+)  # fmt: skip
+def test_trace_alone_user_errors(flow: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    trace = _trace(tmp_path / "t.jsonl")
+    (tmp_path / "foreign.jsonl").write_text('{"name": "GET /", "attributes": {}}\n')
+    argv = [a.format(flow=flow, tmp=tmp_path, trace=trace) for a in args]
+    result = runner.invoke(app, ["graph", *argv])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == message.format(flow=flow, tmp=tmp_path) + "\n"
