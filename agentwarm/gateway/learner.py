@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
+from agentwarm._spec import END, START, PrefetchOutcome
 from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
+from agentwarm.gateway.records import Prefetch, Step
 from agentwarm.gateway.sessions import SessionTracker
 from agentwarm.gateway.state import GatewayState, load_state, save_state
 from agentwarm.gateway.toolhints import ToolHints
@@ -52,9 +53,10 @@ from agentwarm.predictors import Predictor, default_predictor
 from agentwarm.runtime.admission import Admission, Limits, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+from agentwarm.server.chat_protocol import chat_completion, usage
 from agentwarm.stats.definitions import summarize_steps
 
-__all__ = ("WINDOW", "Learner")
+__all__ = ("WINDOW", "Learner", "Prefetch", "Step")
 
 log = logging.getLogger(__name__)
 
@@ -69,36 +71,6 @@ MAX_SESSIONS = 10_000
 #: A session without a request for this long has ended: the predictor learns END after its
 #: last node (so it stops speculating past the end of runs) and its prefetches are settled.
 SESSION_IDLE_S = 120.0
-
-
-@dataclass(slots=True)
-class Step:
-    """One live request, as the figures see it (a ``StepLike``)."""
-
-    node: str
-    from_node: str
-    prefetched: bool = False
-    ttft_s: float | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    prefetched_tokens: int = 0
-
-
-@dataclass(slots=True)
-class Prefetch:
-    """One speculative prefill (a ``PrefillLike``)."""
-
-    node: str
-    rid: str
-    worker: str
-    tokens: int
-    session: str = ""
-    source: str | None = None
-    kind: str = PrefetchKind.SPECULATIVE
-    outcome: str | None = None
-    computed_tokens: int = 0
-    ended: bool = False  # its request ended (or it was never sent): computed_tokens is final
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -215,6 +187,24 @@ class Learner:
         if calls and session.tool is None:
             session.tool = str(calls[0].get("function", {}).get("name") or "") or None
         self._prefetch(sid, session)
+
+    async def warm(self, call: ChatCall) -> dict[str, Any] | None:
+        """An explicit warm (``max_tokens: 0``): the stable part of its prompt prefilled now at
+        speculative priority on the session's worker; the reply holds only ``usage`` (its
+        ``cached_tokens``: what the upstream already had). ``None`` (forward it) without a
+        renderer. An upstream failure raises (the app forwards the request instead)."""
+        if self.renderer is None:
+            return None
+        head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
+        ids = self.renderer.prefix_ids(head, conversation)
+        session = call.session_hint
+        worker = self.upstream.worker_for(session, call.rid)
+        result = await self.upstream.prefill(worker, ids, rid=call.rid, session=session)
+        model = str(call.body.get("model") or "")
+        used = usage(len(ids), 0, result.cached_tokens)
+        return chat_completion(
+            call.rid, model, content=None, tool_calls=[], finish_reason=None, usage_=used, warm=True
+        )
 
     def stats(self) -> dict[str, Any]:
         summary = summarize_steps(

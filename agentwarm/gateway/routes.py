@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -161,6 +161,11 @@ class ChatProxy:
             node_hint=request.headers.get(NODE_HEADER) or None,
             received=received,
         )
+        if _is_warm(body):
+            warmed = await self._warm(call)
+            if warmed is not None:
+                self.metrics.answered(200, None)
+                return JSONResponse(warmed)
         await self._on_request(call)
         worker = self._worker(call)
         reply = ReplyAssembler(received, on_tool=lambda name: self._on_tool(call, name))
@@ -193,6 +198,13 @@ class ChatProxy:
         return Response(raw, status_code=upstream.status_code, media_type=content_type or None)
 
     # ------------------------------------------------------------------ hooks, never failing
+
+    async def _warm(self, call: ChatCall) -> dict[str, Any] | None:
+        try:
+            return await self.hooks.warm(call)
+        except Exception:
+            log.exception("hooks.warm failed (request %s is forwarded)", call.rid)
+            return None
 
     async def _on_request(self, call: ChatCall) -> None:
         try:
@@ -313,3 +325,11 @@ def _shape(body: Any) -> str:
     if isinstance(body, dict):
         return "an object without a 'messages' list"
     return f"a JSON {type(body).__name__}"
+
+
+def _is_warm(body: dict[str, Any]) -> bool:
+    """A warm request: ``max_tokens`` (or ``max_completion_tokens``) of exactly 0."""
+    return any(
+        body.get(key) == 0 and not isinstance(body.get(key), bool)
+        for key in ("max_tokens", "max_completion_tokens")
+    )

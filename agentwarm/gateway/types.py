@@ -98,6 +98,12 @@ class Hooks(Protocol):
         requests of the session."""
         ...
 
+    async def warm(self, call: ChatCall) -> dict[str, Any] | None:
+        """A warm request (``max_tokens: 0``): prefill its prompt at speculative priority and
+        return the ``chat.completion`` to answer it with (usage only, no choices), or ``None``
+        to forward it to the upstream as it is."""
+        ...
+
     def stats(self) -> dict[str, Any]:
         """``GET /v1/agentwarm/stats``: the keys of ``agentwarm run --json`` that apply, plus
         ``requests``, ``sessions``, ``nodes``."""
@@ -118,6 +124,9 @@ class NoHooks:
         return None
 
     async def on_response(self, call: ChatCall, reply: Reply) -> None:
+        return None
+
+    async def warm(self, call: ChatCall) -> dict[str, Any] | None:
         return None
 
     def stats(self) -> dict[str, Any]:

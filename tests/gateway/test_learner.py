@@ -61,6 +61,9 @@ class Observed:
         await self.learner.drain()
         self.responded.put_nowait(call)
 
+    async def warm(self, call: ChatCall) -> dict[str, Any] | None:
+        return await self.learner.warm(call)
+
     def stats(self) -> dict[str, Any]:
         return self.learner.stats()
 
@@ -255,3 +258,24 @@ async def test_the_trace_of_a_gateway_gives_the_learners_figures(
     keys += ["wasted_tokens", "prompt_tokens", "cached_tokens", "acceptance_ratio"]
     assert {k: traced[k] for k in keys} == {k: learned[k] for k in keys}
     assert learned["steps"] == 8 and learned["prefetch_hits"] >= 1
+
+
+async def test_a_warm_request_prefills_the_prompt_for_the_real_one(
+    gateway: tuple[openai.AsyncOpenAI, Observed],
+) -> None:
+    """``max_tokens: 0`` (the hosted APIs' convention for a warm request): the gateway prefills
+    the prompt at speculative priority and answers with usage only, no choices."""
+    client, hooks = gateway
+    messages: list[Any] = [
+        {"role": "system", "content": BAGGAGE},
+        {"role": "user", "content": "A question about a long bag claim " + "x" * 400},
+    ]
+    warm = await client.chat.completions.create(model="fake", messages=messages, max_tokens=0)
+    assert warm.choices == [] and warm.usage is not None
+    assert warm.usage.prompt_tokens > 400 and warm.usage.completion_tokens == 0
+    real = await client.chat.completions.create(model="fake", messages=messages, max_tokens=4)
+    await hooks.responded.get()
+    assert real.usage is not None and real.usage.prompt_tokens_details is not None
+    # All of the warmed prompt was found cached; only the generation prompt was new.
+    assert real.usage.prompt_tokens_details.cached_tokens >= warm.usage.prompt_tokens
+    assert hooks.stats()["requests"] == 1  # a warm request is not a step
