@@ -11,18 +11,15 @@ the upstream.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-
-import uvicorn
 
 from agentwarm.errors import ConfigError
 from agentwarm.gateway.app import GatewayConfig, create_gateway_app
 from agentwarm.gateway.types import Hooks
 from agentwarm.gateway.upstream import Upstream
-from agentwarm.server.run import bind_socket
+from agentwarm.server.run import bind_socket, serve_app, socket_url
 from agentwarm.server.security import check_exposure, is_loopback
 
 __all__ = ("serve_gateway",)
@@ -58,31 +55,11 @@ async def serve_gateway(
         await upstream.aclose()
         raise
     bound = sock.getsockname()[1]
-    url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
+    url = socket_url(host, bound)
     try:
         hooks = hooks_factory(upstream)
         app = create_gateway_app(upstream, hooks, replace(config, port=bound))
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                log_level=log_level,
-                access_log=log_level in ("debug", "trace"),
-                lifespan="on",
-                timeout_graceful_shutdown=5,
-            )
-        )
-
-        async def announce() -> None:
-            while not server.started:
-                await asyncio.sleep(0.02)
-            if on_ready is not None:
-                on_ready(url)
-
-        ready = asyncio.ensure_future(announce())
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            ready.cancel()
+        await serve_app(app, sock, url, log_level=log_level, on_ready=on_ready)
     finally:
         sock.close()
         await upstream.aclose()  # a second close (after the lifespan's) does nothing

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.security import check_exposure, is_loopback
 
-__all__ = ("bind_socket", "is_loopback", "run_server", "serve_engine")
+__all__ = ("bind_socket", "is_loopback", "run_server", "serve_app", "serve_engine", "socket_url")
 
 log = logging.getLogger(__name__)
 
@@ -68,32 +69,11 @@ async def serve_engine(
         log.warning("serving on %s without an API key: anyone who can reach it can use it", host)
     sock = bind_socket(host, port)
     bound = sock.getsockname()[1]
-    url_host = f"[{host}]" if ":" in host else host
-    url = f"http://{url_host}:{bound}"
+    url = socket_url(host, bound)
     try:
         engine = engine_factory()
         app = create_app(engine, replace(config, host=host, port=bound))
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                log_level=log_level,
-                access_log=log_level in ("debug", "trace"),
-                lifespan="on",
-                timeout_graceful_shutdown=5,
-            )
-        )
-
-        async def announce() -> None:
-            while not server.started:
-                await asyncio.sleep(0.02)
-            if on_ready is not None:
-                on_ready(url)
-
-        ready = asyncio.ensure_future(announce())
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            ready.cancel()
+        await serve_app(app, sock, url, log_level=log_level, on_ready=on_ready)
     finally:
         sock.close()
 
@@ -120,3 +100,41 @@ def run_server(
             insecure_no_api_key=insecure_no_api_key,
         )
     )
+
+
+def socket_url(host: str, port: int) -> str:
+    """``http://host:port`` (an IPv6 host in brackets)."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+async def serve_app(
+    app: ASGIApp,
+    sock: socket.socket,
+    url: str,
+    *,
+    log_level: str = "warning",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``app`` on the bound ``sock`` with uvicorn until SIGINT/SIGTERM (graceful shutdown
+    of 5 s); call ``on_ready(url)`` once it accepts connections."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level=log_level,
+            access_log=log_level in ("debug", "trace"),
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+    )
+
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        if on_ready is not None:
+            on_ready(url)
+
+    ready = asyncio.ensure_future(announce())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        ready.cancel()
