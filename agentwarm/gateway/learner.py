@@ -53,6 +53,7 @@ from agentwarm.predictors import Predictor, default_predictor
 from agentwarm.runtime.admission import Admission, Limits, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+from agentwarm.runtime.prefetch.rules import predicted_branch
 from agentwarm.server.chat_protocol import chat_completion, usage
 from agentwarm.stats.definitions import summarize_steps
 
@@ -80,7 +81,8 @@ class _Session:
     reply: Message | None = None
     tool: str | None = None
     pending: dict[str, Prefetch] = field(default_factory=dict)
-    candidates: set[str] = field(default_factory=set)
+    #: What the predictor said after the last reply (scored when the next request comes).
+    predictions: list[tuple[str, float]] = field(default_factory=list)
     last: float = 0.0
 
 
@@ -145,8 +147,11 @@ class Learner:
             self._resolve(hit, PrefetchOutcome.HIT)
             step.prefetched, step.prefetched_tokens = True, hit.tokens
         self._settle(session)
-        if session.candidates:
-            self.guardrail.observe(head.name in session.candidates, self.policy)
+        # Scored with the policy's candidates even while paused, so recovery is seen (as in
+        # the runtime: rules.predicted_branch).
+        scored = predicted_branch(session.predictions, [head.name], self.policy)
+        if scored is not None:
+            self.guardrail.observe(scored, self.policy)
         if session.path:
             shape = classify(conversation, session.conversation, session.reply)
             self.shapes.observe(head.name, shape)
@@ -156,7 +161,7 @@ class Learner:
         session.path.append(head.name)
         del session.path[:-MAX_PATH]
         session.conversation, session.reply, session.tool = conversation, None, None
-        session.candidates = set()
+        session.predictions = []
         self._live[call.rid] = step
         self._steps.append(step)
         call.worker = self.upstream.worker_for(sid, call.rid)
@@ -263,13 +268,13 @@ class Learner:
     def _prefetch(self, sid: str, session: _Session) -> None:
         if self.renderer is None or not self.policy.enabled:
             return
+        session.predictions = self._ranked(session)
         limits = self.guardrail.limits(self.policy)
         if limits.paused:
             return
         chosen = choose_candidates(
-            self._ranked(session), top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
+            session.predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
         )
-        session.candidates |= {name for _, name, _ in chosen}
         sent: set[tuple[int, ...]] = set()
         for _, name, p in chosen:
             head = self.heads.get(name)

@@ -29,6 +29,7 @@ from agentwarm.gateway.learner import Learner
 from agentwarm.gateway.prompts import Renderer
 from agentwarm.gateway.types import ChatCall, Reply
 from agentwarm.gateway.upstream import Upstream
+from agentwarm.runtime.guardrail import Level
 from tests.conftest_server import ServeProcess, serve
 
 SUPERVISOR = "You are the supervisor of an airline support team. Hand the customer to a specialist."
@@ -279,3 +280,21 @@ async def test_a_warm_request_prefills_the_prompt_for_the_real_one(
     # All of the warmed prompt was found cached; only the generation prompt was new.
     assert real.usage.prompt_tokens_details.cached_tokens >= warm.usage.prompt_tokens
     assert hooks.stats()["requests"] == 1  # a warm request is not a step
+
+
+async def test_a_paused_guardrail_keeps_scoring_and_speculation_resumes(
+    gateway: tuple[openai.AsyncOpenAI, Observed],
+) -> None:
+    """Predictions are scored while speculation is paused (as in the runtime), so a gateway that
+    paused on poor early predictions resumes once they are good; it never stays paused."""
+    client, hooks = gateway
+    learner = hooks.learner
+    learner.guardrail.ewma, learner.guardrail.level = 0.0, Level.PAUSED
+    for run in range(8):
+        await one_run(client, hooks, run)
+        if learner.guardrail.level is not Level.PAUSED:
+            break
+    assert learner.guardrail.level is not Level.PAUSED
+    before = learner.stats()["prefetches_issued"]
+    await one_run(client, hooks, 99)
+    assert learner.stats()["prefetches_issued"] > before
