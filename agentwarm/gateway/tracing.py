@@ -50,10 +50,10 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
-from agentwarm.stats.definitions import StepLike, has_previous
+from agentwarm._spec import START, PrefetchKind, PrefetchOutcome
+from agentwarm.stats.definitions import StepLike, has_previous, step_outcome
 
-__all__ = ("ENDED_RUNS", "GATEWAY_WORKFLOW", "GatewayTracer", "PrefetchLike", "step_outcome")
+__all__ = ("ENDED_RUNS", "GATEWAY_WORKFLOW", "GatewayTracer", "PrefetchLike")
 
 #: The workflow name of the gateway's runs, unless the tracer is given another.
 GATEWAY_WORKFLOW = "gateway"
@@ -87,13 +87,6 @@ class _Run:
     steps: int = 0
     last_node: str = START
     last_step: trace.SpanContext | None = None
-
-
-def step_outcome(step: StepLike) -> StepOutcome:
-    """``none`` for a session's first step, else ``hit`` when it was prefetched, ``miss``."""
-    if not has_previous(step):
-        return StepOutcome.NONE
-    return StepOutcome.HIT if step.prefetched else StepOutcome.MISS
 
 
 class GatewayTracer:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentwarm._spec import PrefetchKind, PrefetchOutcome, StepOutcome
-from agentwarm.stats.definitions import has_previous
+from agentwarm.stats.definitions import step_outcome
 
 __all__ = ("PrefetchRecord", "StepRecord")
 
@@ -59,6 +59,4 @@ class StepRecord:
     @property
     def outcome(self) -> StepOutcome:
         """``hit``/``miss`` for steps with a previous step, ``none`` for the first."""
-        if not has_previous(self):
-            return StepOutcome.NONE
-        return StepOutcome.HIT if self.prefetched else StepOutcome.MISS
+        return step_outcome(self)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
-from agentwarm._spec import START, PrefetchKind, PrefetchOutcome
+from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
 
 __all__ = (
     "SUMMARY_KEYS",
@@ -48,6 +48,7 @@ __all__ = (
     "dropped",
     "has_previous",
     "percentile",
+    "step_outcome",
     "summarize_steps",
     "ttft_saved",
     "wasted_tokens",
@@ -92,6 +93,13 @@ S = TypeVar("S", bound=StepLike)
 def has_previous(step: StepLike) -> bool:
     """Whether the step had a previous step (it is not a run's first step)."""
     return step.from_node != START
+
+
+def step_outcome(step: StepLike) -> StepOutcome:
+    """``none`` for a run's first step, else ``hit`` when its node was prefetched, ``miss``."""
+    if not has_previous(step):
+        return StepOutcome.NONE
+    return StepOutcome.HIT if step.prefetched else StepOutcome.MISS
 
 
 def anything_prefetched(steps: Iterable[StepLike], prefills: Iterable[PrefillLike]) -> bool:
