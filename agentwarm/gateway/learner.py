@@ -43,7 +43,7 @@ from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step
-from agentwarm.gateway.sessions import SessionTracker
+from agentwarm.gateway.sessions import SessionTracker, chain, extend
 from agentwarm.gateway.state import GatewayState, load_state, save_state
 from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.gateway.tracing import GatewayTracer
@@ -78,7 +78,9 @@ SESSION_IDLE_S = 120.0
 class _Session:
     path: list[str] = field(default_factory=list)
     conversation: list[Message] = field(default_factory=list)
+    points: list[str] = field(default_factory=list)  # chain(conversation)
     reply: Message | None = None
+    after_reply: str | None = None  # extend(points, reply)
     tool: str | None = None
     pending: dict[str, Prefetch] = field(default_factory=dict)
     #: What the predictor said after the last reply (scored when the next request comes).
@@ -128,7 +130,8 @@ class Learner:
 
     async def on_request(self, call: ChatCall) -> None:
         head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
-        sid, _new = self.sessions.assign(conversation, head.key, call.session_hint)
+        points = chain(conversation)  # once per request: assign and classify both read it
+        sid, _new = self.sessions.assign(conversation, head.key, call.session_hint, points=points)
         call.session, call.node = sid, head.name
         self.requests += 1
         now = self._clock()
@@ -153,14 +156,15 @@ class Learner:
         if scored is not None:
             self.guardrail.observe(scored, self.policy)
         if session.path:
-            shape = classify(conversation, session.conversation, session.reply)
+            shape = classify(points, session.points, session.after_reply)
             self.shapes.observe(head.name, shape)
             if session.tool is not None:
                 self.tool_hints.observe(session.tool, head.name)
         self.predictor.observe(session.path[-MAX_PATH:], head.name)
         session.path.append(head.name)
         del session.path[:-MAX_PATH]
-        session.conversation, session.reply, session.tool = conversation, None, None
+        session.conversation, session.points = conversation, points
+        session.reply, session.after_reply, session.tool = None, None, None
         session.predictions = []
         self._live[call.rid] = step
         self._steps.append(step)
@@ -186,8 +190,11 @@ class Learner:
         head = self.heads.get(call.node or "")
         if head is None:
             return
-        self.sessions.record(sid, session.conversation, head.key, reply.message)
+        self.sessions.record(
+            sid, session.conversation, head.key, reply.message, points=session.points
+        )
         session.reply = reply.message
+        session.after_reply = extend(session.points, reply.message)
         calls = reply.message.get("tool_calls") or []
         if calls and session.tool is None:
             session.tool = str(calls[0].get("function", {}).get("name") or "") or None

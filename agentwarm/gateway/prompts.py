@@ -30,7 +30,6 @@ from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
 from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_tokenizer
 from agentwarm.errors import ConfigError
 from agentwarm.gateway.heads import Head
-from agentwarm.gateway.sessions import chain
 
 __all__ = ("Renderer", "Shape", "Shapes", "classify", "expected_conversation", "load_renderer")
 
@@ -45,17 +44,15 @@ class Shape(StrEnum):
     FRESH = "fresh"
 
 
-def classify(
-    conversation: Sequence[Message], last: Sequence[Message], reply: Message | None
-) -> Shape:
-    """How ``conversation`` relates to the session's last request (``last``, replied ``reply``)."""
-    mine = chain(conversation)
-    if reply is not None and last is not None:
-        before = chain([*last, reply])
-        if before and len(mine) >= len(before) and mine[len(before) - 1] == before[-1]:
-            return Shape.CONTINUE
-    before = chain(last)
-    if before and len(mine) >= len(before) and mine[len(before) - 1] == before[-1]:
+def classify(points: Sequence[str], last: Sequence[str], after_reply: str | None) -> Shape:
+    """How a request relates to the session's last request, by message digests
+    (:func:`~agentwarm.gateway.sessions.chain`): ``points`` of its conversation, ``last`` of the
+    last request's, ``after_reply`` the digest that followed ``last`` with its reply
+    (:func:`~agentwarm.gateway.sessions.extend`; None without a reply)."""
+    n = len(last)
+    if after_reply is not None and len(points) > n and points[n] == after_reply:
+        return Shape.CONTINUE
+    if last and len(points) >= n and points[n - 1] == last[-1]:
         return Shape.SAME
     return Shape.FRESH
 

@@ -44,7 +44,7 @@ from typing import Any
 from agentwarm.chat import Message
 from agentwarm.gateway.heads import canonical_json, content_text, sanitize_name
 
-__all__ = ("SessionTracker", "chain", "message_digest", "session_of_hint")
+__all__ = ("SessionTracker", "chain", "extend", "message_digest", "session_of_hint")
 
 #: Longest session id a hint gives, in bytes (sanitized ids are ASCII).
 HINT_BYTES = 256
@@ -87,11 +87,15 @@ def _roll(previous: str, digest: str) -> str:
 def chain(messages: Sequence[Message]) -> list[str]:
     """Rolling digests: ``chain(m)[k]`` identifies ``m[:k+1]`` (order matters)."""
     out: list[str] = []
-    previous = _SEED
     for message in messages:
-        previous = _roll(previous, message_digest(message))
-        out.append(previous)
+        out.append(extend(out, message))
     return out
+
+
+def extend(points: Sequence[str], message: Message) -> str:
+    """The digest that follows ``points`` (a :func:`chain`) when ``message`` comes next:
+    ``extend(chain(m), x) == chain([*m, x])[-1]``."""
+    return _roll(points[-1] if points else _SEED, message_digest(message))
 
 
 def session_of_hint(hint: str) -> str | None:
@@ -136,16 +140,22 @@ class SessionTracker:
         self._index: dict[str, str] = {}  # point -> session
 
     def assign(
-        self, conversation: Sequence[Message], head_key: str, hint: str | None = None
+        self,
+        conversation: Sequence[Message],
+        head_key: str,
+        hint: str | None = None,
+        *,
+        points: Sequence[str] | None = None,
     ) -> tuple[str, bool]:
         """(session id, whether it is new), by the rules of the module docstring. The session
-        counts as used now (a new one is live from here, before :meth:`record`)."""
+        counts as used now (a new one is live from here, before :meth:`record`). ``points``:
+        ``chain(conversation)`` when the caller has it already."""
         now = self._clock()
         self._expire(now)
         named = session_of_hint(hint) if hint else None
         if named is not None:
             return self._touch(named, now)
-        points = chain(conversation)
+        points = chain(conversation) if points is None else points
         for k in range(len(points) - 1, -1, -1):
             sid = self._index.get(points[k])
             if sid is None:
@@ -163,22 +173,25 @@ class SessionTracker:
         conversation: Sequence[Message],
         head_key: str,
         reply: Message | None,
+        *,
+        points: Sequence[str] | None = None,
     ) -> None:
         """Remember ``session``'s last request (its conversation and head) and ``reply`` (the
         assistant message; None or empty when there was none) for continuity. Replaces what the
-        session had recorded; an unknown (or forgotten) session is started."""
+        session had recorded; an unknown (or forgotten) session is started. ``points``:
+        ``chain(conversation)`` when the caller has it already."""
         now = self._clock()
         self._expire(now)
         self._touch(session, now)
         state = self._sessions[session]
         self._unindex(session, state)
-        points = chain(conversation)
+        points = chain(conversation) if points is None else points
         state.head = head_key
         state.request = points[-1] if points else None
         if state.request is not None:
             state.points.append(state.request)
             if reply:
-                state.points.append(_roll(state.request, message_digest(reply)))
+                state.points.append(extend(points, reply))
         for point in state.points:
             self._index[point] = session
 

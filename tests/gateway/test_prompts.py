@@ -19,6 +19,7 @@ from agentwarm.gateway.prompts import (
     expected_conversation,
     load_renderer,
 )
+from agentwarm.gateway.sessions import chain, extend
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -57,14 +58,19 @@ RESULT: dict[str, Any] = {
 
 
 def test_classify_tells_the_three_shapes() -> None:
+    def shape(conversation: list[dict[str, Any]], last: list[dict[str, Any]], reply: Any) -> Shape:
+        before = chain(last)
+        after = extend(before, reply) if reply is not None else None
+        return classify(chain(conversation), before, after)
+
     last = [USER]
-    assert classify([USER, REPLY, RESULT], last, REPLY) is Shape.CONTINUE
+    assert shape([USER, REPLY, RESULT], last, REPLY) is Shape.CONTINUE
     echoed = {**REPLY, "content": "", "tool_calls": [{**REPLY["tool_calls"][0], "id": "x"}]}
-    assert classify([USER, echoed, RESULT], last, REPLY) is Shape.CONTINUE  # as a client echoes
-    assert classify([USER], last, REPLY) is Shape.SAME
-    assert classify([USER, RESULT], last, REPLY) is Shape.SAME
-    assert classify([{"role": "user", "content": "Book a hotel."}], last, REPLY) is Shape.FRESH
-    assert classify([USER], [], None) is Shape.FRESH
+    assert shape([USER, echoed, RESULT], last, REPLY) is Shape.CONTINUE  # as a client echoes
+    assert shape([USER], last, REPLY) is Shape.SAME
+    assert shape([USER, RESULT], last, REPLY) is Shape.SAME
+    assert shape([{"role": "user", "content": "Book a hotel."}], last, REPLY) is Shape.FRESH
+    assert shape([USER], [], None) is Shape.FRESH
 
 
 def test_expected_conversation_and_the_learned_rule() -> None:
