@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentwarm.engines.sglang import parse_metrics
 
@@ -34,11 +35,13 @@ SECONDS_PER_OUTPUT_TOKEN = 1e-3
 class ServeProcess:
     """One ``python -m agentwarm.server`` subprocess (the ``agentwarm serve`` command)."""
 
+    #: The command line before ``args``: loopback, an OS-chosen port.
+    COMMAND: tuple[str, ...] = ("-m", "agentwarm.server", "--host", "127.0.0.1", "--port", "0")
+
     def __init__(self, args: Sequence[str], *, timeout_s: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", "agentwarm.server", "--host", "127.0.0.1", "--port", "0"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [*cmd, *args],
+            [sys.executable, *self.COMMAND, *args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -98,20 +101,7 @@ class ServeProcess:
 class GatewayProcess(ServeProcess):
     """One ``python -m agentwarm gateway`` subprocess on loopback, an OS-chosen port."""
 
-    def __init__(self, args: Sequence[str], *, timeout_s: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", "agentwarm.cli", "gateway", "--port", "0", *args]
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.output: list[str] = []
-        self.url = self._wait_ready(timeout_s)
-        self._drain = threading.Thread(target=self._read_rest, daemon=True)
-        self._drain.start()
+    COMMAND = ("-m", "agentwarm.cli", "gateway", "--port", "0")
 
 
 @contextmanager
@@ -142,6 +132,13 @@ def router_binary() -> str | None:
     """Path of the sglang-router launcher, or None when ``pip install sglang-router`` is absent."""
     exe = shutil.which("sglang-router") or str(Path(sys.executable).with_name("sglang-router"))
     return exe if Path(exe).exists() else None
+
+
+#: Skips a test (or, as ``pytestmark``, a module) where sglang-router is not installed.
+needs_router = pytest.mark.skipif(
+    router_binary() is None,
+    reason="sglang-router is not installed here (pip install 'agentwarm[test]' or sglang-router)",
+)
 
 
 class RouterProcess:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest_server import RouterProcess, router_binary, serve
+from tests.conftest_server import RouterProcess, needs_router, serve
 
 EXAMPLE = "examples/support_bot.py"
 RUNS = 10
@@ -68,7 +68,7 @@ def test_run_against_two_workers(in_process, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(router_binary() is None, reason="sglang-router is not installed")
+@needs_router
 def test_run_through_sglang_router(in_process, tmp_path):
     with serve() as w1, serve() as w2:
         router = RouterProcess([w1.url, w2.url], "cache_aware")

@@ -21,15 +21,12 @@ from agentwarm.engines.sglang import SGLangEngine
 from tests.conftest_server import (
     RouterProcess,
     ServeProcess,
+    needs_router,
     requests_per_worker,
-    router_binary,
     serve,
 )
 
-pytestmark = pytest.mark.skipif(
-    router_binary() is None,
-    reason="sglang-router is not installed here (pip install 'agentwarm[test]' or sglang-router)",
-)
+pytestmark = needs_router
 
 
 def prompt(n: int) -> list[int]:

@@ -27,17 +27,14 @@ from agentwarm.gateway.learner import Prefetch
 from tests.conftest_server import (
     RouterProcess,
     ServeProcess,
+    needs_router,
     requests_per_worker,
-    router_binary,
     serve,
 )
 from tests.gateway.test_learner import Gateway, make_gateway, one_run
 from tests.waiting import until
 
-pytestmark = pytest.mark.skipif(
-    router_binary() is None,
-    reason="sglang-router is not installed here (pip install 'agentwarm[test]' or sglang-router)",
-)
+pytestmark = needs_router
 
 #: Sessions run until both workers have served one; past this many, the key is being ignored.
 MAX_RUNS = 24
