@@ -16,9 +16,10 @@ def test_a_learned_handoff_outranks_the_predictor() -> None:
     for _ in range(4):
         hints.observe("transfer_to_baggage", "baggage")
     mixed = dict(hints.mix("transfer_to_baggage", predicted))
-    w = 4 / (4 + PRIOR)
-    assert mixed["baggage"] == pytest.approx((1 - w) * 0.1 + w)
-    assert mixed["supervisor"] == pytest.approx((1 - w) * 0.7)
+    # 4 observations against PRIOR = 2 pseudo-observations: the counts weigh 2/3.
+    assert PRIOR == 2.0
+    assert mixed["baggage"] == pytest.approx(0.1 / 3 + 2 / 3)
+    assert mixed["supervisor"] == pytest.approx(0.7 / 3)
     assert next(iter(mixed)) == "baggage"
     assert hints.mix("other_tool", predicted) == predicted
 
