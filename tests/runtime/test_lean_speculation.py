@@ -179,7 +179,12 @@ async def test_a_running_hit_with_the_whole_prefix_replaces_the_confirmed_warm_u
     engine = GatedEngine()
     started = asyncio.Event()
     run = asyncio.create_task(make_pair(started).run("hi", engine=engine))
-    await until(started.is_set, what="b's step to start")
+    # b's step can start before the speculative prefill's task has reached the engine: wait for
+    # both (the task is already registered, so b's live request waits for it either way).
+    await until(
+        lambda: started.is_set() and engine.at_gate == 1,
+        what="b's step to start and b's speculative prefill to reach the gate",
+    )
     # b's live request is held back: the hit has not finished yet.
     assert engine.at_gate == 1 and engine.calls == ["generate"]
     engine.gate.set()
