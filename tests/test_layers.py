@@ -37,12 +37,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("agentwarm.graphs", "agentwarm.predictors", "agentwarm.engines", "agentwarm.stats"),
     # 3: running workflows on them
     ("agentwarm.runtime",),
-    # 4: what is built on the runtime or the engines
+    # 4: warm-ups (plans mined from traffic, warmed on engines), which the servers use
+    ("agentwarm.warmup",),
+    # 5: what is built on the runtime or the engines
     ("agentwarm.bench", "agentwarm.viz", "agentwarm.server"),
-    # 5: the gateway (an OpenAI endpoint in front of servers: the server's HTTP pieces and the
+    # 6: the gateway (an OpenAI endpoint in front of servers: the server's HTTP pieces and the
     # runtime's prefetch policy)
     ("agentwarm.gateway",),
-    # 6: the public API, then the command line
+    # 7: the public API, then the command line
     ("agentwarm",),
     ("agentwarm.cli",),
 )

@@ -23,19 +23,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
-from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_tokenizer
-from agentwarm.errors import ConfigError
+from agentwarm.chat import ChatTemplate, Message
+from agentwarm.engines.tokenizers import Tokenizer
 from agentwarm.gateway.heads import Head
+from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 
 __all__ = ("Renderer", "Shape", "Shapes", "classify", "expected_conversation", "load_renderer")
-
-#: A message that follows a prefetched conversation, for the stability check of its last one.
-_NEXT: tuple[Message, ...] = ({"role": "user", "content": ""},)
-_MAX_PIECES = 4096
 
 
 class Shape(StrEnum):
@@ -105,53 +100,27 @@ class Shapes:
 
 
 class Renderer:
-    """A node's known prompt as token ids, rendered with ``template`` and tokenized with
-    ``tokenizer`` (those of the model the upstream serves)."""
+    """A node's known prompt as token ids (a :class:`~agentwarm.warmup.render.ChatRenderer` over
+    the head's system messages + the conversation, with the head's tools)."""
 
     def __init__(self, tokenizer: Tokenizer, template: ChatTemplate) -> None:
-        self.tokenizer = tokenizer
-        self.template = template
-        self._pieces: dict[str, list[int]] = {}
+        self.chat = ChatRenderer(tokenizer, template)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.chat.tokenizer
+
+    @property
+    def template(self) -> ChatTemplate:
+        return self.chat.template
 
     def prefix_ids(self, head: Head, conversation: Sequence[Message]) -> list[int]:
         """The ids of ``head`` + ``conversation`` that the real request will start with (its
         stable messages; ``[]`` when nothing renders)."""
-        messages = [*head.system, *conversation]
-        if not messages:
-            return []
-        if len(self._pieces) > _MAX_PIECES:
-            self._pieces.clear()
-        try:
-            rendered = render_ids(
-                self.template,
-                self.tokenizer.encode,
-                messages,
-                tools=list(head.tools) or None,
-                add_generation_prompt=False,
-                then=_NEXT,
-                cache=self._pieces,
-            )
-        except ConfigError:  # e.g. a template that wants a user turn first: nothing known
-            return []
-        return rendered.prefix_ids
+        return self.chat.prefix_ids([*head.system, *conversation], head.tools)
 
 
 def load_renderer(model: str) -> Renderer:
-    """The renderer of ``--model``: a preset name (its built-in tokenizer and template) or a
-    local checkpoint/tokenizer directory (its tokenizer and chat template). Raises
-    :class:`~agentwarm.errors.ConfigError` naming the fix when neither works."""
-    from agentwarm.engines.local.model import PRESET_TOKENIZERS
-
-    spec: str | Path = PRESET_TOKENIZERS.get(model, model)
-    if spec == model and not Path(model).is_dir():
-        raise ConfigError(
-            f"--model {model!r} is neither a preset ({', '.join(PRESET_TOKENIZERS)}) nor a "
-            "directory holding the upstream model's tokenizer: pass the model the upstream serves"
-        )
-    try:
-        tokenizer = load_tokenizer(spec)
-    except Exception as exc:  # EngineError and whatever transformers raises
-        raise ConfigError(f"--model {model!r}: cannot load its tokenizer ({exc})") from exc
-    assert tokenizer is not None
-    template = chat_template_of(tokenizer, name=Path(model).name) or FALLBACK
-    return Renderer(tokenizer, template)
+    """The renderer of ``--model`` (see :func:`~agentwarm.warmup.render.load_chat_renderer`)."""
+    chat = load_chat_renderer(model)
+    return Renderer(chat.tokenizer, chat.template)

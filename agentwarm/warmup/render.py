@@ -1,0 +1,77 @@
+"""A chat prompt as the token ids a model's server will see: the model's chat template and
+tokenizer, rendered per stable message boundary (:func:`~agentwarm.chat.render_ids`).
+
+Shared by the warm-ups (a plan's ``messages`` + ``tools`` prefix) and the gateway (a node's head
++ its expected conversation): only the messages that render the same whatever follows them are
+kept, so the ids are a token-exact prefix of any real request that starts with those messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
+from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_tokenizer
+from agentwarm.errors import ConfigError
+
+__all__ = ("ChatRenderer", "load_chat_renderer")
+
+#: A message that follows a prefix, for the stability check of the prefix's last message.
+_NEXT: tuple[Message, ...] = ({"role": "user", "content": ""},)
+_MAX_PIECES = 4096
+
+
+class ChatRenderer:
+    """Messages (+ tools) as token ids, rendered with ``template`` and tokenized with
+    ``tokenizer`` (those of the model the server serves)."""
+
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate) -> None:
+        self.tokenizer = tokenizer
+        self.template = template
+        self._pieces: dict[str, list[int]] = {}
+
+    def prefix_ids(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
+        """The ids every real request that starts with ``messages`` (and has ``tools``) starts
+        with: its stable messages (``[]`` when nothing renders)."""
+        if not messages:
+            return []
+        if len(self._pieces) > _MAX_PIECES:
+            self._pieces.clear()
+        try:
+            rendered = render_ids(
+                self.template,
+                self.tokenizer.encode,
+                list(messages),
+                tools=[dict(t) for t in tools] if tools else None,
+                add_generation_prompt=False,
+                then=_NEXT,
+                cache=self._pieces,
+            )
+        except ConfigError:  # e.g. a template that wants a user turn first: nothing known
+            return []
+        return rendered.prefix_ids
+
+
+def load_chat_renderer(model: str) -> ChatRenderer:
+    """The renderer of ``--model``: a preset name (its built-in tokenizer and template) or a
+    local checkpoint/tokenizer directory (its tokenizer and chat template). Raises
+    :class:`~agentwarm.errors.ConfigError` naming the fix when neither works."""
+    from agentwarm.engines.local.model import PRESET_TOKENIZERS
+
+    spec: str | Path = PRESET_TOKENIZERS.get(model, model)
+    if spec == model and not Path(model).is_dir():
+        raise ConfigError(
+            f"--model {model!r} is neither a preset ({', '.join(PRESET_TOKENIZERS)}) nor a "
+            "directory holding the served model's tokenizer: pass the model the server serves"
+        )
+    try:
+        tokenizer = load_tokenizer(spec)
+    except Exception as exc:  # EngineError and whatever transformers raises
+        raise ConfigError(f"--model {model!r}: cannot load its tokenizer ({exc})") from exc
+    assert tokenizer is not None
+    template = chat_template_of(tokenizer, name=Path(model).name) or FALLBACK
+    return ChatRenderer(tokenizer, template)

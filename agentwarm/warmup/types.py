@@ -1,0 +1,187 @@
+"""What a warm-up warms: a plan of prefixes, and the kinds of warm-up (the contract between the
+miner, the warmer, the servers' readiness and keep-warm, and the explicit warms).
+
+A **plan** is a JSONL file, one prefix per line, most valuable first::
+
+    {"messages": [...], "tools": [...], "share": 0.42, "tokens": 3849, "count": 21, "node": "x"}
+    {"input_ids": [1, 2, 3], "share": 0.10, "tokens": 3, "count": 5}
+
+* ``messages`` (+ optional ``tools``): an OpenAI chat prefix, rendered for a worker with the
+  served model's chat template (:class:`~agentwarm.warmup.render.ChatRenderer`); or
+  ``input_ids``: the token ids themselves (for plans mined from token logs). Exactly one of the
+  two.
+* ``share``: the fraction (0..1] of the mined requests that start with this prefix; ``tokens``:
+  its length in tokens when it was mined; ``count``: how many mined requests start with it;
+  ``node`` (optional): the node (request head) it belongs to, for people reading the plan.
+
+Plans are reviewable text: :func:`save_plan` writes keys in a fixed order, one line per prefix,
+and :func:`load_plan` names the file, line and field of anything wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from agentwarm import _jsonfile
+from agentwarm.chat import Message
+from agentwarm.errors import ConfigError
+
+__all__ = ("Plan", "WarmKind", "WarmPrefix", "load_plan", "plan_lines", "save_plan")
+
+
+class WarmKind(StrEnum):
+    """Why a warm-up prefill was sent (the ``agentwarm.prefill.kind`` of its span)."""
+
+    STATIC = "static"
+    """A plan warmed before traffic (``agentwarm warmup run``, ``serve/gateway --warmup``)."""
+    KEEP_WARM = "keep_warm"
+    """A plan re-sent on a timer or when the hit rate fell (``--keep-warm``/``--rewarm-below``)."""
+    EXPLICIT = "explicit"
+    """A warm asked for by code (:func:`agentwarm.warm`) or a ``max_tokens: 0`` request."""
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPrefix:
+    """One prefix of a plan (see the module docstring for the fields)."""
+
+    messages: tuple[Message, ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+    input_ids: tuple[int, ...] | None = None
+    share: float = 1.0
+    tokens: int = 0
+    count: int = 1
+    node: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.input_ids is None):
+            raise ValueError("a prefix has exactly one of 'messages' and 'input_ids'")
+        if self.tools is not None and self.messages is None:
+            raise ValueError("'tools' goes with 'messages', not with 'input_ids'")
+        if not (0.0 < self.share <= 1.0) or not math.isfinite(self.share):
+            raise ValueError(f"'share' must be in (0, 1], got {self.share!r}")
+        if self.tokens < 0 or self.count < 1:
+            raise ValueError("'tokens' must be >= 0 and 'count' >= 1")
+
+    @property
+    def value(self) -> float:
+        """How much warming it is worth: share x length (the plan's order, highest first)."""
+        return self.share * self.tokens
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan line of this prefix (keys in a fixed order)."""
+        out: dict[str, Any] = {}
+        if self.messages is not None:
+            out["messages"] = list(self.messages)
+            if self.tools:
+                out["tools"] = list(self.tools)
+        else:
+            out["input_ids"] = list(self.input_ids or ())
+        out["share"] = round(self.share, 6)
+        out["tokens"] = self.tokens
+        out["count"] = self.count
+        if self.node is not None:
+            out["node"] = self.node
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> WarmPrefix:
+        """Read one plan line's value; ``ValueError`` saying which field is wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError("a plan line must be a JSON object")
+        messages = data.get("messages")
+        if messages is not None and (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in messages)
+        ):
+            raise ValueError("'messages' must be a non-empty list of objects with a 'role'")
+        tools = data.get("tools")
+        if tools is not None and (
+            not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools)
+        ):
+            raise ValueError("'tools' must be a list of objects")
+        ids = data.get("input_ids")
+        if ids is not None and (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+        ):
+            raise ValueError("'input_ids' must be a non-empty list of token ids (integers >= 0)")
+        share, tokens, count = data.get("share", 1.0), data.get("tokens", 0), data.get("count", 1)
+        if not isinstance(share, int | float) or isinstance(share, bool):
+            raise ValueError("'share' must be a number")
+        for name, number in (("tokens", tokens), ("count", count)):
+            if not isinstance(number, int) or isinstance(number, bool):
+                raise ValueError(f"{name!r} must be an integer")
+        node = data.get("node")
+        if node is not None and not isinstance(node, str):
+            raise ValueError("'node' must be a string")
+        return cls(
+            messages=tuple(dict(m) for m in messages) if messages is not None else None,
+            tools=tuple(dict(t) for t in tools) if tools else None,
+            input_ids=tuple(ids) if ids is not None else None,
+            share=float(share),
+            tokens=tokens,
+            count=count,
+            node=node,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The prefixes to warm, most valuable first."""
+
+    prefixes: tuple[WarmPrefix, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return len(self.prefixes)
+
+    def __iter__(self) -> Any:
+        return iter(self.prefixes)
+
+
+def plan_lines(prefixes: Iterable[WarmPrefix]) -> list[str]:
+    """The plan's JSONL lines (no newline), deterministic: fixed key order, sorted object keys
+    inside messages and tools, UTF-8 kept."""
+    return [
+        json.dumps(p.to_json(), ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+        for p in prefixes
+    ]
+
+
+def save_plan(plan: Plan | Sequence[WarmPrefix], path: Path) -> None:
+    """Write ``plan`` to ``path`` (JSONL, one prefix per line)."""
+    prefixes = plan.prefixes if isinstance(plan, Plan) else tuple(plan)
+    lines = plan_lines(prefixes)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def load_plan(path: Path) -> Plan:
+    """Read a plan; :class:`~agentwarm.errors.ConfigError` naming the file, the line and what is
+    wrong (and how to make one: ``agentwarm warmup plan``)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"warm-up plan {path}: cannot read it ({exc.strerror or exc}); "
+            "make one with 'agentwarm warmup plan --from TRACES_OR_LOGS... -o PLAN'"
+        ) from None
+    prefixes: list[WarmPrefix] = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            prefixes.append(WarmPrefix.from_json(_jsonfile.loads(line)))
+        except ValueError as exc:  # JSONTextError is a ValueError
+            raise ConfigError(
+                f"warm-up plan {path}, line {number}: {exc}; each line is "
+                '{"messages": [...], "tools": [...]} or {"input_ids": [...]} with its '
+                '"share", "tokens" and "count" (see agentwarm warmup plan)'
+            ) from None
+    return Plan(tuple(prefixes))
