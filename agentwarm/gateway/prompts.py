@@ -26,7 +26,6 @@ from enum import StrEnum
 from typing import Any
 
 from agentwarm.chat import ChatTemplate, Message
-from agentwarm.engines.tokenizers import Tokenizer
 from agentwarm.gateway.heads import Head
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 
@@ -103,12 +102,8 @@ class Renderer:
     """A node's known prompt as token ids (a :class:`~agentwarm.warmup.render.ChatRenderer` over
     the head's system messages + the conversation, with the head's tools)."""
 
-    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate) -> None:
-        self.chat = ChatRenderer(tokenizer, template)
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self.chat.tokenizer
+    def __init__(self, chat: ChatRenderer) -> None:
+        self.chat = chat
 
     @property
     def template(self) -> ChatTemplate:
@@ -122,5 +117,4 @@ class Renderer:
 
 def load_renderer(model: str) -> Renderer:
     """The renderer of ``--model`` (see :func:`~agentwarm.warmup.render.load_chat_renderer`)."""
-    chat = load_chat_renderer(model)
-    return Renderer(chat.tokenizer, chat.template)
+    return Renderer(load_chat_renderer(model))

@@ -8,11 +8,12 @@ kept, so the ids are a token-exact prefix of any real request that starts with t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
+from agentwarm.engines.base import Engine
 from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_tokenizer
 from agentwarm.errors import ConfigError
 
@@ -24,13 +25,28 @@ _MAX_PIECES = 4096
 
 
 class ChatRenderer:
-    """Messages (+ tools) as token ids, rendered with ``template`` and tokenized with
-    ``tokenizer`` (those of the model the server serves)."""
+    """Messages (+ tools) as token ids, rendered with ``template`` and tokenized with ``encode``
+    (those of the model the server serves: a tokenizer's or an engine's ``encode``, which never
+    adds special tokens)."""
 
-    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate) -> None:
-        self.tokenizer = tokenizer
+    def __init__(
+        self,
+        encode: Callable[[str], list[int]],
+        template: ChatTemplate,
+        *,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.encode = encode
         self.template = template
+        #: The tokenizer ``encode`` belongs to, when the renderer was loaded from one.
+        self.tokenizer = tokenizer
         self._pieces: dict[str, list[int]] = {}
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> ChatRenderer:
+        """The renderer of what ``engine`` serves: its ``encode`` and chat template (the
+        fallback format when it has none)."""
+        return cls(engine.encode, engine.chat_template or FALLBACK)
 
     def prefix_ids(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None
@@ -44,7 +60,7 @@ class ChatRenderer:
         try:
             rendered = render_ids(
                 self.template,
-                self.tokenizer.encode,
+                self.encode,
                 list(messages),
                 tools=[dict(t) for t in tools] if tools else None,
                 add_generation_prompt=False,
@@ -74,4 +90,4 @@ def load_chat_renderer(model: str) -> ChatRenderer:
         raise ConfigError(f"--model {model!r}: cannot load its tokenizer ({exc})") from exc
     assert tokenizer is not None
     template = chat_template_of(tokenizer, name=Path(model).name) or FALLBACK
-    return ChatRenderer(tokenizer, template)
+    return ChatRenderer(tokenizer.encode, template, tokenizer=tokenizer)

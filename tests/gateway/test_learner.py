@@ -30,6 +30,7 @@ from agentwarm.gateway.prompts import Renderer
 from agentwarm.gateway.types import ChatCall, Reply
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.runtime.guardrail import Level
+from agentwarm.warmup.render import ChatRenderer
 from tests.conftest_server import ServeProcess, serve
 
 SUPERVISOR = "You are the supervisor of an airline support team. Hand the customer to a specialist."
@@ -100,7 +101,13 @@ def make_gateway(
 ) -> Gateway:
     upstream = upstream_type([url])
     return Gateway(
-        upstream, Learner(upstream, Renderer(ByteTokenizer(), FALLBACK), state_dir=state_dir, **kw)
+        upstream,
+        Learner(
+            upstream,
+            Renderer(ChatRenderer(ByteTokenizer().encode, FALLBACK)),
+            state_dir=state_dir,
+            **kw,
+        ),
     )
 
 

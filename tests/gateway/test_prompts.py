@@ -20,6 +20,7 @@ from agentwarm.gateway.prompts import (
     load_renderer,
 )
 from agentwarm.gateway.sessions import chain, extend
+from agentwarm.warmup.render import ChatRenderer
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -96,7 +97,7 @@ def test_expected_conversation_and_the_learned_rule() -> None:
 
 def test_prefetched_ids_are_an_exact_prefix_of_the_real_request() -> None:
     tokenizer = QwenTokenizer()
-    renderer = Renderer(tokenizer, QWEN2_5)
+    renderer = Renderer(ChatRenderer(tokenizer.encode, QWEN2_5))
     head, _ = HeadRegistry().identify([SYSTEM, USER], TOOLS)
     prefix = renderer.prefix_ids(head, [USER, REPLY])
     real = tokenizer.encode(
@@ -115,8 +116,8 @@ def test_prefetched_ids_are_an_exact_prefix_of_the_real_request() -> None:
 
 def test_load_renderer_for_presets_and_bad_models() -> None:
     qwen = load_renderer("tiny")
-    assert isinstance(qwen.tokenizer, QwenTokenizer) and qwen.template is QWEN2_5
+    assert isinstance(qwen.chat.tokenizer, QwenTokenizer) and qwen.template is QWEN2_5
     byte = load_renderer("tiny-bytes")
-    assert isinstance(byte.tokenizer, ByteTokenizer) and byte.template is FALLBACK
+    assert isinstance(byte.chat.tokenizer, ByteTokenizer) and byte.template is FALLBACK
     with pytest.raises(ConfigError, match="neither a preset"):
         load_renderer("no-such-model")
