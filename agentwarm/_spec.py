@@ -19,6 +19,7 @@ from typing import Any
 __all__ = (
     "END",
     "START",
+    "WARM_UP_KINDS",
     "NodeFn",
     "NodeResult",
     "NodeSpec",
@@ -85,12 +86,23 @@ class StepOutcome(StrEnum):
 
 
 class PrefetchKind(StrEnum):
-    """Why a prefill was sent: a guess (a prefetch) or the warming of the known next node."""
+    """Why a prefill was sent: a guess (a prefetch), the warming of the known next node, or a
+    warm-up (:data:`WARM_UP_KINDS`: not tied to a step of a run)."""
 
     SPECULATIVE = "speculative"
     """A guess issued while the previous step runs: counts as a prefetch."""
     CONFIRMED = "confirmed"
     """Warming of the actual next node once it is known: not speculation, not a prefetch."""
+    STATIC = "static"
+    """A warm-up plan's prefix warmed before traffic (``agentwarm warmup run``, ``--warmup``)."""
+    KEEP_WARM = "keep_warm"
+    """A plan's prefix re-sent to keep it cached (``--keep-warm``, ``--rewarm-below``)."""
+    EXPLICIT = "explicit"
+    """A warm asked for by code (``agentwarm.warm``) or by a ``max_tokens: 0`` request."""
+
+
+#: The kinds of warm-up prefill (:mod:`agentwarm.warmup`).
+WARM_UP_KINDS = frozenset({PrefetchKind.STATIC, PrefetchKind.KEEP_WARM, PrefetchKind.EXPLICIT})
 
 
 class PrefetchOutcome(StrEnum):

@@ -2,17 +2,16 @@
 before traffic comes (static), kept warm between bursts (keep-warm), gating readiness, and warmed
 on request from code (explicit warms).
 
-* :mod:`~agentwarm.warmup.types` — the plan format and the warm-up kinds.
+* :mod:`~agentwarm.warmup.types` — the plan format.
 * :mod:`~agentwarm.warmup.render` — a chat prefix as the token ids a worker will see.
 """
 
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
-from agentwarm.warmup.types import Plan, WarmKind, WarmPrefix, load_plan, plan_lines, save_plan
+from agentwarm.warmup.types import Plan, WarmPrefix, load_plan, plan_lines, save_plan
 
 __all__ = (
     "ChatRenderer",
     "Plan",
-    "WarmKind",
     "WarmPrefix",
     "load_chat_renderer",
     "load_plan",

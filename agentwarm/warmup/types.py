@@ -1,5 +1,6 @@
-"""What a warm-up warms: a plan of prefixes, and the kinds of warm-up (the contract between the
-miner, the warmer, the servers' readiness and keep-warm, and the explicit warms).
+"""What a warm-up warms: a plan of prefixes (the contract between the miner, the warmer, the
+servers' readiness and keep-warm; warm-up prefills are of the kinds
+:data:`~agentwarm._spec.WARM_UP_KINDS`).
 
 A **plan** is a JSONL file, one prefix per line, most valuable first::
 
@@ -24,7 +25,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,7 @@ from agentwarm import _jsonfile
 from agentwarm.chat import Message
 from agentwarm.errors import ConfigError
 
-__all__ = ("Plan", "WarmKind", "WarmPrefix", "load_plan", "plan_lines", "save_plan")
-
-
-class WarmKind(StrEnum):
-    """Why a warm-up prefill was sent (the ``agentwarm.prefill.kind`` of its span)."""
-
-    STATIC = "static"
-    """A plan warmed before traffic (``agentwarm warmup run``, ``serve/gateway --warmup``)."""
-    KEEP_WARM = "keep_warm"
-    """A plan re-sent on a timer or when the hit rate fell (``--keep-warm``/``--rewarm-below``)."""
-    EXPLICIT = "explicit"
-    """A warm asked for by code (:func:`agentwarm.warm`) or a ``max_tokens: 0`` request."""
+__all__ = ("Plan", "WarmPrefix", "load_plan", "plan_lines", "save_plan")
 
 
 @dataclass(frozen=True, slots=True)
