@@ -6,8 +6,9 @@ are prefilled into the engine's prefix cache so their time-to-first-token shrink
 suffix.
 
 The engines (:class:`FakeEngine`, :class:`LocalEngine`, :class:`SGLangEngine`,
-:class:`MultiWorkerEngine`) are imported on first use (PEP 562), so ``import agentwarm`` imports
-neither torch nor an HTTP client. Types for writing an engine (``Engine``, ``Completion``,
+:class:`MultiWorkerEngine`) and the explicit warms (:func:`warm`, :class:`Debouncer`) are
+imported on first use (PEP 562), so ``import agentwarm`` imports neither torch nor an HTTP
+client. Types for writing an engine (``Engine``, ``Completion``,
 ``PrefillResult``, ``Priority``) are in :mod:`agentwarm.engines`; ``NodeSpec`` is what
 :func:`node` returns.
 """
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
     from agentwarm.engines.local import LocalEngine
     from agentwarm.engines.routing import MultiWorkerEngine
     from agentwarm.engines.sglang import SGLangEngine
+    from agentwarm.warmup.debounce import Debouncer
+    from agentwarm.warmup.explicit import warm
 
 __version__ = "0.1.0"
 
@@ -59,6 +62,7 @@ __all__ = (
     "ConfigError",
     "Context",
     "ContextLengthExceeded",
+    "Debouncer",
     "EngineError",
     "EngineTimeout",
     "EngineUnavailable",
@@ -82,6 +86,7 @@ __all__ = (
     "__version__",
     "load_workflow",
     "node",
+    "warm",
 )
 
 #: The engines, imported on first use: name -> module.
@@ -90,6 +95,8 @@ _LAZY = {
     "LocalEngine": "agentwarm.engines.local",
     "MultiWorkerEngine": "agentwarm.engines.routing",
     "SGLangEngine": "agentwarm.engines.sglang",
+    "Debouncer": "agentwarm.warmup.debounce",
+    "warm": "agentwarm.warmup.explicit",
 }
 
 

@@ -59,11 +59,20 @@ def test_the_lazy_engines_are_the_real_classes() -> None:
         assert name in agentwarm.__all__
 
 
+def test_the_explicit_warms_resolve_to_the_warmup_package() -> None:
+    from agentwarm.warmup.debounce import Debouncer
+    from agentwarm.warmup.explicit import warm
+
+    assert agentwarm.warm is warm
+    assert agentwarm.Debouncer is Debouncer
+
+
 def test_public_names_pinned() -> None:
     assert set(agentwarm.__all__) == {
         "END",
         "START",
         "Context",
+        "Debouncer",
         "FakeEngine",
         "LocalEngine",
         "MultiWorkerEngine",
@@ -76,6 +85,7 @@ def test_public_names_pinned() -> None:
         "__version__",
         "load_workflow",
         "node",
+        "warm",
         *agentwarm.errors.__all__,
     }
 

@@ -130,11 +130,16 @@ class Engine(ABC):
         rid: str | None = None,
         namespace: str = "",
         session: str | None = None,
+        pin_ttl_s: float | None = None,
     ) -> PrefillResult:
         """Compute and cache the KV of ``ids`` without decoding (see :class:`PrefillParams`;
         ``rid=None`` is a new one)."""
         params = PrefillParams(
-            priority=priority, rid=rid or new_rid(), namespace=namespace, session=session
+            priority=priority,
+            rid=rid or new_rid(),
+            namespace=namespace,
+            session=session,
+            pin_ttl_s=pin_ttl_s,
         )
         return await self.prefill_with(ids, params)
 

@@ -168,6 +168,11 @@ class PrefillParams:
     #: Routing key: engines with several workers send every request of one session (a workflow
     #: run) to the same worker. Single-worker engines ignore it.
     session: str | None = None
+    #: How long the finished prefill's prefix stays pinned in the cache (protected from
+    #: eviction), in seconds; ``None``: the engine's default. A prefill of a prefix already
+    #: cached renews its pin (a pin never shortens). Engines without pins ignore it (the
+    #: SGLang client does not send it); ``0`` pins nothing.
+    pin_ttl_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

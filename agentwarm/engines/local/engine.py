@@ -96,9 +96,10 @@ class LocalEngine(Engine):
     ``max_cache_bytes`` of KV, whose default is :data:`DEFAULT_CACHE_BYTES` off CUDA and half
     the GPU memory left after loading on CUDA); ``chunk_size`` is the prefill chunk (the
     preemption and abort granularity); finished speculative prefills stay pinned for
-    ``pin_ttl_s`` seconds. ``seed`` seeds preset weights. ``check_integrity_on_idle`` and
-    ``step_hook`` are for tests: the first checks the cache whenever the worker idles, the
-    second sees every step before it runs.
+    ``pin_ttl_s`` seconds unless the request gives its own (``PrefillParams.pin_ttl_s``).
+    ``seed`` seeds preset weights. ``check_integrity_on_idle`` and ``step_hook`` are for tests:
+    the first checks the cache whenever the worker idles, the second sees every step before it
+    runs.
 
     Raises :class:`EngineError` when the model cannot be loaded, also when CUDA is asked for
     and not available; :class:`InvalidRequest` for an unknown ``dtype`` or ``device``.
@@ -184,6 +185,7 @@ class LocalEngine(Engine):
             ids=self._check_ids(ids),
             priority=int(params.priority),
             namespace=params.namespace,
+            pin_ttl_s=params.pin_ttl_s,
         )
         result = await self._run(req)
         assert isinstance(result, PrefillResult)

@@ -12,19 +12,27 @@ if TYPE_CHECKING:
 
 __all__ = ("Prefixes",)
 
+#: Remembered pins past which expired ones are swept out all at once.
+_SWEEP_MIN = 256
+
 
 class Prefixes:
     """Locks, inserts and pins for the requests of one scheduler over ``cache``.
 
     A request holds one lock, on the deepest node of its prompt known to be cached
     (``req.node``), from :meth:`start` until :meth:`release`. A finished prefill's path is
-    pinned for ``pin_ttl_s`` seconds (no pin when it is not positive) under its rid.
+    pinned under its rid for its own TTL, else ``pin_ttl_s`` seconds (no pin when it is not
+    positive). Pinning a path already pinned extends its pin (the cache keeps the later expiry).
     """
 
     def __init__(self, cache: RadixCache[Any], pin_ttl_s: float) -> None:
         self.cache = cache
         self.pin_ttl_s = pin_ttl_s
-        self._pins: dict[str, RadixNode[Any]] = {}
+        #: rid -> (the node it pinned, when that pin expires on the cache's clock).
+        self._pins: dict[str, tuple[RadixNode[Any], float]] = {}
+        #: node -> the rids whose pins count on it now (its pin count since it was last unpinned).
+        self._rids: dict[RadixNode[Any], set[str]] = {}
+        self._sweep_at = _SWEEP_MIN
 
     @property
     def pinned(self) -> int:
@@ -78,28 +86,56 @@ class Prefixes:
         finally:
             self.cache.unlock(req.node)
 
-    def pin(self, rid: str, node: RadixNode[Any]) -> None:
-        """Pin ``node`` for ``rid``; forget pins that expired (oldest first, same TTL for all)."""
-        if self.pin_ttl_s <= 0:
+    def pin(self, rid: str, node: RadixNode[Any], ttl_s: float | None = None) -> None:
+        """Pin ``node`` for ``rid`` for ``ttl_s`` seconds (``None``: :attr:`pin_ttl_s`); a node
+        already pinned keeps the later expiry. Forgets pins that expired."""
+        ttl = self.pin_ttl_s if ttl_s is None else ttl_s
+        if ttl <= 0:
             return
-        self.cache.pin(node, self.pin_ttl_s)
         self.unpin(rid)
-        self._pins[rid] = node
-        while self._pins:
-            oldest = next(iter(self._pins))
-            if self.cache.is_pinned(self._pins[oldest]):
-                break
-            del self._pins[oldest]
+        if not self.cache.is_pinned(node):  # its pins expired: they no longer count on it
+            for old in self._rids.pop(node, ()):
+                self._pins.pop(old, None)
+        self.cache.pin(node, ttl)
+        self._pins[rid] = (node, self.cache.clock() + ttl)
+        self._rids.setdefault(node, set()).add(rid)
+        self._forget_expired()
 
     def unpin(self, rid: str) -> None:
-        """Drop the pin of ``rid``'s finished prefill, if it holds one."""
-        node = self._pins.pop(rid, None)
-        if node is not None:
-            self.cache.unpin(node)
+        """Drop the pin of ``rid``'s finished prefill, if it holds one (the node stays pinned
+        while another pin on it lasts)."""
+        pinned = self._pins.pop(rid, None)
+        if pinned is not None:
+            self._forget(rid, pinned[0])
+            self.cache.unpin(pinned[0])
+
+    def _forget(self, rid: str, node: RadixNode[Any]) -> None:
+        rids = self._rids.get(node)
+        if rids is not None:
+            rids.discard(rid)
+            if not rids:
+                del self._rids[node]
+
+    def _forget_expired(self) -> None:
+        """Forget expired pins: the oldest ones at once, all of them whenever the dict doubled
+        since the last sweep (pins of different TTLs expire out of order); amortized O(1)."""
+        now = self.cache.clock()
+        expired = []
+        for rid, (node, until) in self._pins.items():
+            if now < until:
+                break
+            expired.append((rid, node))
+        if len(self._pins) - len(expired) > self._sweep_at:
+            expired = [(r, n) for r, (n, until) in self._pins.items() if until <= now]
+            self._sweep_at = max(_SWEEP_MIN, 2 * (len(self._pins) - len(expired)))
+        for rid, node in expired:
+            del self._pins[rid]
+            self._forget(rid, node)
 
     def flush(self) -> int:
         """Drop every unlocked node and pin; returns the tokens dropped."""
         self._pins.clear()
+        self._rids.clear()
         dropped = self.cache.reset()
         self.cache.evicted_tokens = 0
         return dropped

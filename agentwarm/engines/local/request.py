@@ -56,7 +56,8 @@ class Request:
     ``on_token`` (generate only) is called on the worker with each generated token id,
     ``on_logits`` with the next-token logits before each sample; both must be thread-safe and
     quick. ``future`` is a ``concurrent.futures.Future`` unless the caller gives one (an
-    asyncio future, for a worker on the event loop).
+    asyncio future, for a worker on the event loop). ``pin_ttl_s`` (prefill only) is how long
+    the finished prefill's prefix stays pinned (``None``: the scheduler's default).
     """
 
     rid: str
@@ -69,6 +70,7 @@ class Request:
     seed: int | None = None
     on_token: Callable[[int], None] | None = None
     on_logits: Callable[[Any], None] | None = None
+    pin_ttl_s: float | None = None
     t_submit: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=concurrent.futures.Future)
 

@@ -29,8 +29,10 @@ Rules the scheduler keeps:
 * ``cached_tokens`` counts the prompt tokens a request found in the tree, at its start or when
   resuming; ``computed_tokens`` those it computed. For a finished request they sum to the prompt
   length. A generate request always computes its last prompt token (it needs its logits).
-* A finished speculative prefill pins its path for ``pin_ttl_s``; ``abort(rid)`` of a finished
-  prefill drops that pin. Every exit path (done, abort, error, close) unlocks.
+* A finished speculative prefill pins its path for its request's ``pin_ttl_s``, else the
+  scheduler's; a prefill found whole in the cache renews the pin of its path (a pin never
+  shortens). ``abort(rid)`` of a finished prefill drops that pin. Every exit path (done,
+  abort, error, close) unlocks.
 
 The scheduler decides, a :class:`~agentwarm.engines.local.steps.StepRunner` computes (the seam,
 :mod:`~agentwarm.engines.local.steps`). ``Scheduler(model_runner, cache)`` (``LocalEngine``)
@@ -369,7 +371,7 @@ class Scheduler(Handover):
         if self.on_finish is not None:
             self.on_finish(req, outcome)
         if req.kind is RequestKind.PREFILL and outcome is None and req.node is not None:
-            self.prefixes.pin(req.rid, req.node)
+            self.prefixes.pin(req.rid, req.node, req.pin_ttl_s)
         result = result_of(req, outcome, self.steps.text)
         req.node = None
         req.state = None
