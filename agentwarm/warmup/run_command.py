@@ -1,0 +1,330 @@
+"""``agentwarm warmup run PLAN --engine URL[,URL...]``: warm every worker with a plan, once.
+
+A one-shot command, for a deploy hook, cron or a Kubernetes CronJob ("warm at 06:30 before the
+morning ramp"); ``--refresh-plan`` re-mines the plan from the last ``--since-hours`` of traces
+first, so the plan follows drift. See :mod:`agentwarm.warmup.warmer` for the budget rule.
+
+Exit codes: 0 every worker warmed; 1 a worker failed (the others were still warmed; the message
+names which); 2 a usage error (bad plan, option or URL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from agentwarm._spec import PrefetchKind
+from agentwarm.engines.base import Engine
+from agentwarm.engines.sglang import SGLangEngine, check_url
+from agentwarm.errors import ConfigError, EngineError
+from agentwarm.predictors.store import atomic_write
+from agentwarm.redact import redact_credentials
+from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
+from agentwarm.warmup.types import Plan, load_plan, plan_lines
+from agentwarm.warmup.warmer import WarmSummary, check_fraction, warm_workers
+
+__all__ = ("Refresh", "refresh_plan", "render_summaries", "run", "served_renderer", "worker_urls")
+
+#: Set to silence the progress bar (as for ``agentwarm run`` and ``agentwarm bench``).
+NO_PROGRESS_ENV = "AGENTWARM_NO_PROGRESS"
+
+
+def worker_urls(spec: str) -> list[str]:
+    """``URL[,URL...]`` as a list of distinct, valid URLs; ConfigError naming the bad one."""
+    urls = [u.strip() for u in spec.split(",") if u.strip()]
+    if not urls:
+        raise ConfigError("--engine: give the URL of every worker, http://HOST:PORT[,URL...]")
+    checked: list[str] = []
+    for url in urls:
+        try:
+            url = check_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"--engine: {exc}") from None
+        if url in checked:
+            raise ConfigError(f"--engine: {redact_credentials(url)} is given twice")
+        checked.append(url)
+    return checked
+
+
+async def _open(url: str, model: str | None, api_key: str | None) -> Engine:
+    tokenizer = model if model is not None and Path(model).is_dir() else None
+    return await SGLangEngine.from_url(url, tokenizer=tokenizer, api_key=api_key)
+
+
+async def served_renderer(engines: Mapping[str, Engine]) -> ChatRenderer:
+    """The renderer of the model the workers serve, from ``/model_info``'s model path when it
+    names a preset or a local directory; ConfigError saying to pass ``--model`` otherwise (or
+    when the workers serve different models)."""
+    from agentwarm.engines.local.model import PRESET_TOKENIZERS
+
+    paths: dict[str, str] = {}
+    for label, engine in engines.items():
+        info = await engine.model_info() if isinstance(engine, SGLangEngine) else {}
+        path = info.get("model_path")
+        if not isinstance(path, str) or not (path in PRESET_TOKENIZERS or Path(path).is_dir()):
+            raise ConfigError(
+                f"worker {label} serves model {path!r}, whose tokenizer and chat template are "
+                "not known here: pass --model (the preset name or a local directory with the "
+                "served model's tokenizer) to render the plan's messages"
+            )
+        paths[label] = path
+    if len(set(paths.values())) > 1:
+        served = ", ".join(f"{label}: {path}" for label, path in paths.items())
+        raise ConfigError(
+            f"the workers serve different models ({served}): warm each model's workers with a "
+            "run of their own, or pass --model"
+        )
+    return load_chat_renderer(next(iter(paths.values())))
+
+
+def _needs_renderer(plan: Plan) -> bool:
+    return any(p.messages is not None for p in plan.prefixes)
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """``--refresh-plan``'s options: what to mine the plan from."""
+
+    sources: tuple[Path, ...]
+    since_hours: float = 24.0
+    top_k: int = 20
+    min_share: float = 0.01
+    state: Path | None = None
+    workflow: Path | None = None
+
+
+def refresh_plan(plan_path: Path, refresh: Refresh, renderer: ChatRenderer | None) -> Plan:
+    """Re-mine the plan (the last ``since_hours`` of ``refresh.sources``) and write it to
+    ``plan_path``, atomically."""
+    from agentwarm.warmup.mine import mine_plan
+
+    if not refresh.sources:
+        raise ConfigError("--refresh-plan needs the traces or logs to mine: --from PATH...")
+    plan = mine_plan(
+        refresh.sources,
+        renderer=renderer,
+        top_k=refresh.top_k,
+        min_share=refresh.min_share,
+        since_s=refresh.since_hours * 3600.0,
+        state_dir=refresh.state,
+        workflow=refresh.workflow,
+    )
+    atomic_write(plan_path, "".join(line + "\n" for line in plan_lines(plan.prefixes)).encode())
+    return plan
+
+
+@contextlib.contextmanager
+def _progress(show: bool) -> Iterator[Progress | None]:
+    if not show:
+        yield None
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[tokens]} tokens"),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        yield progress
+
+
+async def _warm(
+    urls: list[str],
+    plan_path: Path,
+    plan: Plan | None,
+    *,
+    model: str | None,
+    api_key: str | None,
+    budget_fraction: float,
+    show_progress: bool,
+    refresh: Refresh | None,
+) -> tuple[Plan, list[WarmSummary]]:
+    labels = [redact_credentials(u) for u in urls]
+    opened = await asyncio.gather(*(_open(u, model, api_key) for u in urls), return_exceptions=True)
+    engines: dict[str, Engine] = {}
+    failed: dict[str, WarmSummary] = {}
+    try:
+        for label, result in zip(labels, opened, strict=True):
+            if isinstance(result, Engine):
+                engines[label] = result
+            elif isinstance(result, EngineError):
+                failed[label] = WarmSummary(
+                    worker=label,
+                    kind=PrefetchKind.STATIC,
+                    error=f"{type(result).__name__}: {result}",
+                )
+            else:
+                raise result
+        renderer: ChatRenderer | None = None
+        problem: ConfigError | None = None
+        if model is not None:
+            renderer = load_chat_renderer(model)
+        elif engines and (refresh is not None or (plan is not None and _needs_renderer(plan))):
+            try:
+                renderer = await served_renderer(engines)
+            except ConfigError as exc:  # a problem only if the plan has messages to render
+                problem = exc
+        if refresh is not None:
+            plan = refresh_plan(plan_path, refresh, renderer)
+        assert plan is not None
+        if renderer is None and problem is not None and _needs_renderer(plan):
+            raise problem
+        with _progress(show_progress) as progress:
+            tasks = {
+                label: progress.add_task(label, total=len(plan), tokens=0)
+                for label in engines
+                if progress is not None
+            }
+
+            def on_prefix(summary: WarmSummary) -> None:
+                if progress is not None:
+                    done = summary.prefixes + summary.skipped
+                    progress.update(tasks[summary.worker], completed=done, tokens=summary.tokens)
+
+            warmed = await warm_workers(
+                plan,
+                engines,
+                renderer=renderer,
+                budget_fraction=budget_fraction,
+                on_prefix=on_prefix,
+            )
+    finally:
+        for engine in engines.values():
+            await engine.aclose()
+    by_label = {s.worker: s for s in warmed} | failed
+    return plan, [by_label[label] for label in labels]
+
+
+def render_summaries(console: Console, plan: Plan, summaries: list[WarmSummary]) -> None:
+    """The per-worker table."""
+    table = Table(title=f"warm-up of {len(plan)} prefixes")
+    table.add_column("worker", no_wrap=True)
+    for name in ("prefixes", "skipped", "tokens", "computed", "seconds", "budget"):
+        table.add_column(name, justify="right")
+    table.add_column("error", overflow="fold")
+    for s in summaries:
+        table.add_row(
+            s.worker,
+            str(s.prefixes),
+            str(s.skipped),
+            f"{s.tokens:,}",
+            f"{s.computed_tokens:,}",
+            f"{s.seconds:.2f}",
+            "-" if s.budget_tokens is None else f"{s.budget_tokens:,}",
+            s.error or "",
+        )
+    console.print(table)
+
+
+def run(
+    plan_path: Annotated[
+        Path, typer.Argument(metavar="PLAN", help="Warm-up plan (JSONL: agentwarm warmup plan).")
+    ],
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help="Every worker to warm: http://HOST:PORT[,URL...]."),
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Preset or local directory of the served model (renders the plan's messages; "
+            "default: the workers' /model_info when it names one).",
+        ),
+    ] = None,
+    budget_fraction: Annotated[
+        float,
+        typer.Option(
+            "--budget-fraction",
+            help="Fill at most this share (0, 1] of each worker's cache (tokens shared by "
+            "prefixes count once).",
+        ),
+    ] = 0.5,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="AGENTWARM_API_KEY", help="Bearer key of the workers."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
+    refresh_plan_: Annotated[
+        bool,
+        typer.Option(
+            "--refresh-plan", help="Re-mine PLAN from --from (last --since-hours) before warming."
+        ),
+    ] = False,
+    sources: Annotated[
+        list[Path] | None,
+        typer.Option("--from", help="Traces or logs to mine (with --refresh-plan; repeatable)."),
+    ] = None,
+    since_hours: Annotated[
+        float, typer.Option("--since-hours", min=0.0, help="Mine the last N hours only.")
+    ] = 24.0,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="Most prefixes to keep.")] = 20,
+    min_share: Annotated[
+        float,
+        typer.Option("--min-share", min=0.0, max=1.0, help="Least share of requests per prefix."),
+    ] = 0.01,
+    state: Annotated[
+        Path | None,
+        typer.Option("--state", help="A gateway's state directory (heads of traced nodes)."),
+    ] = None,
+    workflow: Annotated[
+        Path | None,
+        typer.Option("--workflow", help="The workflow file that ran (heads of traced nodes)."),
+    ] = None,
+) -> None:
+    """Warm every worker with PLAN at speculative priority, within a budget per worker.
+
+    Exit codes: 0 all warmed; 1 a worker failed (the others were warmed); 2 usage error."""
+    urls = worker_urls(engine)
+    check_fraction(budget_fraction)
+    refresh: Refresh | None = None
+    plan: Plan | None = None
+    if refresh_plan_:
+        refresh = Refresh(tuple(sources or ()), since_hours, top_k, min_share, state, workflow)
+    else:
+        if sources:
+            raise ConfigError("--from goes with --refresh-plan (re-mine PLAN before warming)")
+        plan = load_plan(plan_path)
+    err = Console(stderr=True)
+    show = not as_json and err.is_terminal and os.environ.get(NO_PROGRESS_ENV) is None
+    plan, summaries = asyncio.run(
+        _warm(
+            urls,
+            plan_path,
+            plan,
+            model=model,
+            api_key=api_key,
+            budget_fraction=budget_fraction,
+            show_progress=show,
+            refresh=refresh,
+        )
+    )
+    if as_json:
+        payload = {
+            "plan": str(plan_path),
+            "prefixes": len(plan),
+            "workers": [s.to_dict() for s in summaries],
+        }
+        typer.echo(json.dumps(payload))
+    else:
+        render_summaries(Console(), plan, summaries)
+    failures = [s for s in summaries if s.error is not None]
+    if failures:
+        named = "; ".join(f"{s.worker} ({s.error})" for s in failures)
+        typer.echo(
+            f"error: warm-up failed on {len(failures)} of {len(summaries)} workers: {named}",
+            err=True,
+        )
+        raise typer.Exit(1)

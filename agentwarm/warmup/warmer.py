@@ -1,0 +1,307 @@
+"""Static warm-up: send a plan's prefixes to workers at speculative priority, within a budget.
+
+Each prefix of the plan (in plan order, most valuable first) is rendered to the token ids the
+worker will see (:meth:`Warmer.ids_of`) and sent as a prefill-only request at
+:attr:`~agentwarm.engines.base.Priority.SPECULATIVE`, one at a time, so live traffic arriving
+meanwhile goes first and a worker is never flooded.
+
+**The budget.** A warm-up never writes more than ``budget_fraction`` (default 0.5) of a worker's
+cache capacity (``EngineStats.capacity_tokens``; unknown capacity: no limit unless
+``budget_tokens`` is given). So it evicts at most as much as it warms, and never the whole cache
+while the fraction is below 1. Tokens shared by two prefixes count once: a prefix costs its
+length minus its longest common prefix with the prefixes already sent (the engine's radix cache
+stores the shared part once). A prefix that would pass the remaining budget is skipped; later,
+smaller ones may still fit.
+
+**Failures.** A worker that fails (unreachable, HTTP error) ends its warm-up with
+:attr:`WarmSummary.error` set; nothing is raised, so :func:`warm_workers` warms the others. A
+prefix the worker refuses as invalid (say, longer than its context) is skipped and logged. On
+cancellation the request in flight is aborted, then the cancellation goes on.
+
+**Telemetry.** Every prefix is one ``agentwarm.prefill`` span (workflow ``warmup``, source
+``warmup``, target the prefix's ``node`` or ``prefix-{i}``, ``kind`` static / keep_warm /
+explicit), ending with outcome ``hit`` (warmed), ``dropped`` (skipped: over the budget or
+nothing to send), ``cancelled`` (aborted) or ``failed``, and the tokens the engine computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+
+from agentwarm import telemetry as tm
+from agentwarm._spec import PrefetchKind, PrefetchOutcome
+from agentwarm.engines.base import (
+    Engine,
+    EngineStats,
+    PrefillParams,
+    PrefillResult,
+    Priority,
+    new_rid,
+)
+from agentwarm.errors import ConfigError, EngineError, InvalidRequest
+from agentwarm.warmup.render import ChatRenderer
+from agentwarm.warmup.types import Plan, WarmPrefix
+
+__all__ = ("WarmSummary", "Warmer", "budget_for", "warm_workers")
+
+log = logging.getLogger(__name__)
+
+#: Whether the engines take a pin TTL per prefill (``PrefillParams.pin_ttl_s``).
+_PIN_TTL = "pin_ttl_s" in {f.name for f in dataclasses.fields(PrefillParams)}
+
+
+@dataclass(slots=True)
+class WarmSummary:
+    """What one worker's warm-up did (the running totals while it goes on)."""
+
+    #: A label of the worker: its URL, or ``"local"``.
+    worker: str
+    kind: PrefetchKind
+    #: Prefixes sent.
+    prefixes: int = 0
+    #: Prefixes not sent: over the budget, rendered to no ids, or refused by the worker.
+    skipped: int = 0
+    #: Tokens of the prefixes sent (a token shared by two prefixes counted once).
+    tokens: int = 0
+    #: Tokens the engine computed (``tokens - computed_tokens`` were cached already).
+    computed_tokens: int = 0
+    seconds: float = 0.0
+    budget_tokens: int | None = None
+    #: Why the worker failed (unreachable, ...): reported here, never raised.
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON (``kind`` as its string)."""
+        return {
+            "worker": self.worker,
+            "kind": str(self.kind),
+            "prefixes": self.prefixes,
+            "skipped": self.skipped,
+            "tokens": self.tokens,
+            "computed_tokens": self.computed_tokens,
+            "seconds": round(self.seconds, 6),
+            "budget_tokens": self.budget_tokens,
+            "error": self.error,
+        }
+
+
+def budget_for(stats: EngineStats, fraction: float) -> int | None:
+    """The warm-up budget of a worker: ``fraction`` of its cache capacity, in tokens (``None``
+    when the capacity is unknown). ``fraction`` must be in (0, 1]."""
+    check_fraction(fraction)
+    if stats.capacity_tokens is None:
+        return None
+    return int(stats.capacity_tokens * fraction)
+
+
+def check_fraction(fraction: float) -> float:
+    """``fraction`` when it is in (0, 1]; else :class:`~agentwarm.errors.ConfigError`."""
+    if not 0.0 < fraction <= 1.0:
+        raise ConfigError(
+            f"--budget-fraction {fraction!r} must be in (0, 1]: the share of each worker's cache "
+            "a warm-up may fill (0.5 by default; below 1 it never evicts the whole cache)"
+        )
+    return fraction
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of ``a`` and ``b`` (slice comparisons, in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # invariant: a[:lo] == b[:lo]
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class Warmer:
+    """Warms one engine with plans (see the module docstring): ``worker`` labels its summaries,
+    ``namespace`` is the cache namespace of its prefills (the live requests' namespace), and
+    ``renderer`` renders ``messages`` prefixes (default: :meth:`ChatRenderer.for_engine`)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        renderer: ChatRenderer | None = None,
+        worker: str = "local",
+        namespace: str = "",
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        self.engine = engine
+        self.worker = worker
+        self.namespace = namespace
+        self._renderer = renderer
+        self._tracer = tracer or tm.get_tracer()
+        self._ids: dict[int, tuple[WarmPrefix, list[int]]] = {}
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        if self._renderer is None:
+            self._renderer = ChatRenderer.for_engine(self.engine)
+        return self._renderer
+
+    def ids_of(self, prefix: WarmPrefix) -> list[int]:
+        """The token ids of ``prefix`` (memoized): its ``input_ids``, or its messages and tools
+        rendered (``[]`` when nothing renders stably)."""
+        hit = self._ids.get(id(prefix))
+        if hit is not None and hit[0] is prefix:
+            return hit[1]
+        if prefix.input_ids is not None:
+            ids = list(prefix.input_ids)
+        else:
+            ids = self.renderer.prefix_ids(prefix.messages or (), prefix.tools)
+        self._ids[id(prefix)] = (prefix, ids)
+        return ids
+
+    async def warm(
+        self,
+        plan: Plan,
+        *,
+        kind: PrefetchKind = PrefetchKind.STATIC,
+        budget_tokens: int | None = None,
+        budget_fraction: float | None = 0.5,
+        pin_ttl_s: float | None = None,
+        on_prefix: Callable[[WarmSummary], None] | None = None,
+    ) -> WarmSummary:
+        """Warm ``plan``'s prefixes in order; the budget is ``budget_tokens``, else
+        ``budget_fraction`` of the capacity, else unlimited. ``pin_ttl_s``: how long the engine
+        keeps each warmed prefix pinned (``None``: its default). ``on_prefix`` is called with
+        the running summary after each prefix. Never raises for the worker's failures (see
+        :attr:`WarmSummary.error`); cancelling aborts the request in flight."""
+        summary = WarmSummary(worker=self.worker, kind=kind)
+        started = time.perf_counter()
+        run_id = f"warmup.{secrets.token_hex(4)}"
+        sent: list[list[int]] = []
+        try:
+            if budget_tokens is None and budget_fraction is not None:
+                budget_tokens = budget_for(await self.engine.stats(), budget_fraction)
+            summary.budget_tokens = budget_tokens
+            for i, prefix in enumerate(plan.prefixes):
+                if prefix.input_ids is None and prefix.messages is not None:
+                    ids = await asyncio.to_thread(self.ids_of, prefix)
+                else:
+                    ids = self.ids_of(prefix)
+                new = len(ids) - max((_common_prefix(ids, s) for s in sent), default=0)
+                attrs = tm.prefill_attributes(
+                    workflow="warmup",
+                    run_id=run_id,
+                    source="warmup",
+                    target=prefix.node or f"prefix-{i}",
+                    kind=kind,
+                    tokens=len(ids),
+                )
+                span = self._tracer.start_span(tm.SPAN_PREFILL, attributes=attrs)
+                if not ids or (budget_tokens is not None and summary.tokens + new > budget_tokens):
+                    summary.skipped += 1
+                    _end(span, PrefetchOutcome.DROPPED, 0)
+                else:
+                    result = await self._send(span, ids, kind, pin_ttl_s)
+                    if result is None:
+                        summary.skipped += 1
+                    else:
+                        sent.append(ids)
+                        summary.prefixes += 1
+                        summary.tokens += new
+                        summary.computed_tokens += result.computed_tokens
+                summary.seconds = time.perf_counter() - started
+                if on_prefix is not None:
+                    on_prefix(summary)
+        except EngineError as exc:
+            summary.error = f"{type(exc).__name__}: {exc}"
+            log.warning("warm-up of %s failed: %s", self.worker, summary.error)
+        summary.seconds = time.perf_counter() - started
+        return summary
+
+    async def _send(
+        self, span: trace.Span, ids: list[int], kind: PrefetchKind, pin_ttl_s: float | None
+    ) -> PrefillResult | None:
+        """Prefill ``ids`` under ``span`` (which it ends); ``None``: the worker refused them as
+        invalid. Re-raises the worker's other failures and cancellation (after aborting)."""
+        extra: dict[str, Any] = {}
+        if pin_ttl_s is not None and _PIN_TTL:
+            extra["pin_ttl_s"] = pin_ttl_s
+        params = PrefillParams(
+            priority=Priority.SPECULATIVE, rid=new_rid(), namespace=self.namespace, **extra
+        )
+        try:
+            result = await self.engine.prefill_with(ids, params)
+        except asyncio.CancelledError:
+            _end(span, PrefetchOutcome.CANCELLED, 0)
+            await asyncio.shield(self._abort(params.rid))
+            raise
+        except InvalidRequest as exc:
+            log.warning(
+                "warm-up of %s: a prefix of %d tokens refused (%s)", self.worker, len(ids), exc
+            )
+            _end(span, PrefetchOutcome.FAILED, 0, exc)
+            return None
+        except EngineError as exc:
+            _end(span, PrefetchOutcome.FAILED, 0, exc)
+            raise
+        outcome = PrefetchOutcome.HIT if result.done else PrefetchOutcome.CANCELLED
+        _end(span, outcome, result.computed_tokens)
+        return result
+
+    async def _abort(self, rid: str) -> None:
+        try:
+            await self.engine.abort(rid)
+        except EngineError as exc:  # the worker is gone: nothing left to abort
+            log.debug("abort of warm-up prefill %s on %s failed: %s", rid, self.worker, exc)
+
+
+def _end(
+    span: trace.Span,
+    outcome: PrefetchOutcome,
+    computed: int,
+    exc: BaseException | None = None,
+) -> None:
+    span.set_attribute(tm.AW_PREFILL_OUTCOME, str(outcome))
+    span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, computed)
+    if exc is not None:
+        span.record_exception(exc)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+    span.end()
+
+
+async def warm_workers(
+    plan: Plan,
+    engines: Mapping[str, Engine],
+    *,
+    renderer: ChatRenderer | None = None,
+    kind: PrefetchKind = PrefetchKind.STATIC,
+    budget_fraction: float | None = 0.5,
+    pin_ttl_s: float | None = None,
+    on_prefix: Callable[[WarmSummary], None] | None = None,
+) -> list[WarmSummary]:
+    """Warm ``plan`` on every engine of ``engines`` (label → engine) concurrently; one summary
+    per worker, in the mapping's order. A failing worker has its ``error`` set; the others go
+    on."""
+    if budget_fraction is not None:
+        check_fraction(budget_fraction)
+    warmers = [Warmer(e, renderer=renderer, worker=label) for label, e in engines.items()]
+    async with asyncio.TaskGroup() as group:
+        tasks = [
+            group.create_task(
+                w.warm(
+                    plan,
+                    kind=kind,
+                    budget_fraction=budget_fraction,
+                    pin_ttl_s=pin_ttl_s,
+                    on_prefix=on_prefix,
+                )
+            )
+            for w in warmers
+        ]
+    return [t.result() for t in tasks]
