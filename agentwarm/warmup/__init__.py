@@ -4,8 +4,11 @@ on request from code (explicit warms).
 
 * :mod:`~agentwarm.warmup.types` — the plan format.
 * :mod:`~agentwarm.warmup.render` — a chat prefix as the token ids a worker will see.
+* :mod:`~agentwarm.warmup.mine` — a plan mined from request logs and traces
+  (:func:`mine_plan`, ``agentwarm warmup plan``).
 """
 
+from agentwarm.warmup.mine import mine_plan
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 from agentwarm.warmup.types import Plan, WarmPrefix, load_plan, plan_lines, save_plan
 
@@ -15,6 +18,7 @@ __all__ = (
     "WarmPrefix",
     "load_chat_renderer",
     "load_plan",
+    "mine_plan",
     "plan_lines",
     "save_plan",
 )
