@@ -27,7 +27,6 @@ nothing to send), ``cancelled`` (aborted) or ``failed``, and the tokens the engi
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import secrets
 import time
@@ -54,9 +53,6 @@ from agentwarm.warmup.types import Plan, WarmPrefix
 __all__ = ("WarmSummary", "Warmer", "budget_for", "warm_workers")
 
 log = logging.getLogger(__name__)
-
-#: Whether the engines take a pin TTL per prefill (``PrefillParams.pin_ttl_s``).
-_PIN_TTL = "pin_ttl_s" in {f.name for f in dataclasses.fields(PrefillParams)}
 
 
 @dataclass(slots=True)
@@ -229,11 +225,11 @@ class Warmer:
     ) -> PrefillResult | None:
         """Prefill ``ids`` under ``span`` (which it ends); ``None``: the worker refused them as
         invalid. Re-raises the worker's other failures and cancellation (after aborting)."""
-        extra: dict[str, Any] = {}
-        if pin_ttl_s is not None and _PIN_TTL:
-            extra["pin_ttl_s"] = pin_ttl_s
         params = PrefillParams(
-            priority=Priority.SPECULATIVE, rid=new_rid(), namespace=self.namespace, **extra
+            priority=Priority.SPECULATIVE,
+            rid=new_rid(),
+            namespace=self.namespace,
+            pin_ttl_s=pin_ttl_s,  # None: the engine's default
         )
         try:
             result = await self.engine.prefill_with(ids, params)

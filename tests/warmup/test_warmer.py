@@ -100,6 +100,20 @@ async def test_the_budget_skips_the_prefix_that_does_not_fit() -> None:
         assert (small.budget_tokens, small.prefixes, small.skipped, small.tokens) == (15, 1, 3, 10)
 
 
+async def test_warmed_prefixes_are_pinned_for_pin_ttl_s() -> None:
+    older, newer = ids(1000, 30), ids(2000, 30)
+    async with _local(max_cached_tokens=100) as engine:
+        warmer = Warmer(engine)
+        pinned = await warmer.warm(Plan((WarmPrefix(input_ids=older),)), pin_ttl_s=600.0)
+        unpinned = await warmer.warm(Plan((WarmPrefix(input_ids=newer),)), pin_ttl_s=0.0)
+        assert (pinned.prefixes, unpinned.prefixes) == (1, 1)
+        # 60 cached + 51 more: 11 must go; the older prefix is pinned, so the newer one goes
+        await engine.generate(list(ids(3000, 50)), max_tokens=1)
+        assert (await engine.stats()).evicted_tokens > 0
+        assert (await engine.generate([*older, 7], max_tokens=1)).cached_tokens == 30
+        assert (await engine.generate([*newer, 7], max_tokens=1)).cached_tokens < 30
+
+
 def test_budget_for_is_a_fraction_of_the_capacity() -> None:
     stats = EngineStats(
         cached_tokens=0,
