@@ -19,6 +19,7 @@ Each ``--from`` file's kind is told by its first non-blank line:
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import time
@@ -284,8 +285,6 @@ def _span_end_ns(span: Any) -> int | None:
 def _recent_copy(path: Path, cutoff: float, folder: Path) -> Path:
     """A copy of trace ``path`` with the spans that ended before ``cutoff`` blanked out (line
     numbers kept, so that problems still name the right line)."""
-    import json
-
     cutoff_ns = int(cutoff * 1e9)
     mtime_ns = int(path.stat().st_mtime * 1e9)
     lines: list[bytes] = []
