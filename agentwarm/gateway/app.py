@@ -16,6 +16,9 @@ Endpoints:
   no ``/v1/models``, a list of ``model_name`` (404 without one); **502** when none is reachable.
 * ``GET /health`` — 200 ``{"status": "ok", "upstreams": {url: reachable}}`` while the gateway
   runs (its workers being down is reported, not a failure: the gateway itself is up).
+* ``GET /health/ready`` — with a warm-up plan (``--warmup``: every worker warmed, then kept
+  warm, :class:`~agentwarm.warmup.keepwarm.KeepWarm`), 503 until the plan is warm on every
+  worker, then 200, both with the progress as JSON; without one, 200 ``{"ready": true}``.
 * ``GET /metrics`` — Prometheus text (:mod:`~agentwarm.gateway.metrics`).
 * ``GET /v1/agentwarm/stats`` — ``hooks.stats()`` with the app's ``requests``, ``ttft_p50_s``,
   ``ttft_p95_s``, ``overhead_p50_s`` and ``overhead_p95_s`` (the app's figures win).
@@ -49,7 +52,9 @@ from agentwarm.gateway.routes import Background, ChatProxy
 from agentwarm.gateway.types import Hooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.http import HTTPError, error_reply, error_response, http_exception, unexpected
+from agentwarm.server.routes_admin import ready_response
 from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES, APIKeyGuard, HostGuard
+from agentwarm.warmup.keepwarm import KeepWarm, WarmupSettings
 
 __all__ = ("GatewayConfig", "create_gateway_app")
 
@@ -71,15 +76,21 @@ class GatewayConfig:
 
 
 def create_gateway_app(
-    upstream: Upstream, hooks: Hooks, config: GatewayConfig | None = None
+    upstream: Upstream,
+    hooks: Hooks,
+    config: GatewayConfig | None = None,
+    *,
+    warmup: WarmupSettings | None = None,
 ) -> Starlette:
-    """The Starlette app (see the module docstring); its lifespan closes ``hooks`` and
-    ``upstream`` at shutdown. ``app.state.gateway`` is the :class:`Gateway` (its ``aclose`` is
-    what the lifespan runs)."""
-    gateway = Gateway(upstream, hooks, config or GatewayConfig())
+    """The Starlette app (see the module docstring); its lifespan starts the warm-up of every
+    worker (with ``warmup``) and closes ``hooks`` and ``upstream`` at shutdown.
+    ``app.state.gateway`` is the :class:`Gateway` (its ``aclose`` is what the lifespan runs)."""
+    gateway = Gateway(upstream, hooks, config or GatewayConfig(), warmup=warmup)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if gateway.keep_warm is not None:
+            gateway.keep_warm.start()
         try:
             yield
         finally:
@@ -99,10 +110,17 @@ def create_gateway_app(
 
 
 class Gateway:
-    """What the routes of one app share: the upstream, the hooks, the metrics and the
-    background tasks (each owned here, closed by :meth:`aclose`)."""
+    """What the routes of one app share: the upstream, the hooks, the metrics, the background
+    tasks and the warm-up (each owned here, closed by :meth:`aclose`)."""
 
-    def __init__(self, upstream: Upstream, hooks: Hooks, config: GatewayConfig) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        hooks: Hooks,
+        config: GatewayConfig,
+        *,
+        warmup: WarmupSettings | None = None,
+    ) -> None:
         self.upstream = upstream
         self.hooks = hooks
         self.config = config
@@ -111,12 +129,18 @@ class Gateway:
         self.chat = ChatProxy(
             upstream, hooks, self.metrics, self.background, config.max_request_bytes
         )
+        #: Warms every worker through its prefill client (``--warmup``).
+        self.keep_warm: KeepWarm | None = None
+        if warmup is not None:
+            warmers = {url: warmup.warmer(upstream.engine(url), url) for url in upstream.urls}
+            self.keep_warm = warmup.keeper(warmers)
         self.closed = False
 
     def routes(self) -> list[Route]:
         return [
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/health/ready", self.ready, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
             Route("/v1/agentwarm/stats", self.stats, methods=["GET"]),
         ]
@@ -146,6 +170,9 @@ class Gateway:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "upstreams": await self.upstream.health()})
 
+    async def ready(self, request: Request) -> Response:
+        return ready_response(self.keep_warm, closing=self.closed)
+
     async def prometheus(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)
 
@@ -159,6 +186,8 @@ class Gateway:
             return
         self.closed = True
         try:
+            if self.keep_warm is not None:
+                await self.keep_warm.aclose()
             await self.background.aclose(self.config.shutdown_grace_s)
             try:
                 await self.hooks.aclose()

@@ -9,6 +9,7 @@ ends with one ``error:`` line and exit code 2.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -23,9 +24,16 @@ from agentwarm.gateway.run import serve_gateway
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.predictors import default_state_dir
+from agentwarm.server.command import (
+    KeepWarmOption,
+    ReadyFileOption,
+    RewarmBelowOption,
+    WarmupOption,
+)
 from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES
+from agentwarm.warmup.keepwarm import WarmupSettings, load_warmup
 
-__all__ = ("build_hooks", "gateway", "parse_upstreams")
+__all__ = ("build_hooks", "gateway", "gateway_warmup", "parse_upstreams")
 
 
 def build_hooks(renderer: Renderer | None, state_dir: Path | None, upstream: Upstream) -> Hooks:
@@ -38,6 +46,24 @@ def build_hooks(renderer: Renderer | None, state_dir: Path | None, upstream: Ups
     if renderer is None:
         return NoHooks()
     return Learner(upstream, renderer, state_dir=state_dir or default_state_dir() / "gateway")
+
+
+def gateway_warmup(
+    settings: WarmupSettings | None, renderer: Renderer | None
+) -> WarmupSettings | None:
+    """``settings`` rendering chat prefixes with ``--model``'s ``renderer``; ConfigError when
+    the plan has chat prefixes and there is no ``--model`` to render them with."""
+    if settings is None:
+        return None
+    if renderer is None:
+        if any(p.messages is not None for p in settings.plan):
+            raise ConfigError(
+                "--warmup: the plan has chat prefixes (messages) and the gateway needs the "
+                "served model's tokenizer and chat template to render them: pass --model "
+                "(its preset or checkpoint directory), or give a plan of input_ids"
+            )
+        return settings
+    return replace(settings, renderer=renderer.chat)
 
 
 def parse_upstreams(value: str) -> list[str]:
@@ -96,6 +122,10 @@ def gateway(
         MAX_DEFAULT_REQUEST_BYTES, "--max-request-bytes", min=1024, help="Larger bodies get 413."
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+    warmup: WarmupOption = None,
+    ready_file: ReadyFileOption = None,
+    keep_warm: KeepWarmOption = None,
+    rewarm_below: RewarmBelowOption = None,
 ) -> None:
     """OpenAI-compatible endpoint in front of SGLang workers that prefetches agents' next steps.
 
@@ -104,6 +134,12 @@ def gateway(
     """
     urls = parse_upstreams(upstream)
     renderer = load_renderer(model) if model else None  # a bad --model fails before binding
+    settings = gateway_warmup(  # so does a bad plan
+        load_warmup(
+            warmup, ready_file=ready_file, keep_warm_s=keep_warm, rewarm_below=rewarm_below
+        ),
+        renderer,
+    )
     try:
         up = Upstream(urls, api_key=upstream_api_key or None, timeout=upstream_timeout)
     except ValueError as exc:
@@ -135,6 +171,7 @@ def gateway(
                 log_level=log_level,
                 on_ready=ready,
                 insecure_no_api_key=insecure_no_api_key,
+                warmup=settings,
             )
         )
     finally:

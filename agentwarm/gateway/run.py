@@ -21,6 +21,7 @@ from agentwarm.gateway.types import Hooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.run import bind_socket, serve_app, socket_url
 from agentwarm.server.security import check_exposure, is_loopback
+from agentwarm.warmup.keepwarm import WarmupSettings
 
 __all__ = ("serve_gateway",)
 
@@ -35,6 +36,7 @@ async def serve_gateway(
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
     insecure_no_api_key: bool = False,
+    warmup: WarmupSettings | None = None,
 ) -> None:
     """Serve the gateway on ``config.host``/``config.port`` until SIGINT/SIGTERM; the hooks are
     built inside this loop by ``hooks_factory(upstream)``. Raises
@@ -58,7 +60,7 @@ async def serve_gateway(
     url = socket_url(host, bound)
     try:
         hooks = hooks_factory(upstream)
-        app = create_gateway_app(upstream, hooks, replace(config, port=bound))
+        app = create_gateway_app(upstream, hooks, replace(config, port=bound), warmup=warmup)
         await serve_app(app, sock, url, log_level=log_level, on_ready=on_ready)
     finally:
         sock.close()

@@ -138,7 +138,7 @@ class Upstream:
         """Prefill ``ids`` into ``worker``'s prefix cache at speculative priority (its native
         ``/generate`` with ``input_ids`` and ``max_new_tokens: 0``); an aborted prefill returns
         ``status=ABORTED``, a failure raises an :class:`~agentwarm.errors.EngineError`."""
-        engine = self._engine(worker)
+        engine = self.engine(worker)
         key = routing_key(session) if session else None
         return await engine.prefill(ids, priority=Priority.SPECULATIVE, rid=rid, session=key)
 
@@ -202,8 +202,9 @@ class Upstream:
                 log.warning("closing %s: %s", engine.url, exc)
         await self._client.aclose()
 
-    def _engine(self, worker: str) -> SGLangEngine:
-        """The prefill client of ``worker``, created on first use (no tokenizer: ids are given)."""
+    def engine(self, worker: str) -> SGLangEngine:
+        """The prefill client of ``worker`` (the prefetches' and the warm-ups'), created on
+        first use (no tokenizer: ids are given); closed by :meth:`aclose`."""
         engine = self._engines.get(worker)
         if engine is None:
             engine = SGLangEngine(

@@ -15,6 +15,10 @@ Endpoints (SGLang 0.5.x names; the ``/get_*`` spellings are the pre-0.5.5 aliase
 * ``POST /abort_request`` — ``{"rid"}`` of a request in flight or ``{"abort_all": true}``; 200
   also for an empty, unknown or finished rid (as SGLang). A client that disconnects also aborts
   its request.
+* ``GET /health/ready`` — readiness: with a warm-up plan (``--warmup``), 503 until the plan is
+  warm, then 200, both with the progress as JSON
+  (:meth:`~agentwarm.warmup.readiness.Readiness.to_dict`); without one, 200 ``{"ready": true}``.
+  ``/health`` stays liveness.
 * ``POST /flush_cache`` (POST only: it changes state), ``GET /health``, ``GET /health_generate``,
   ``GET /model_info``, ``GET /server_info`` (sglang-router probes these three at start-up),
   ``GET /v1/models``, ``GET /get_load``, ``GET /metrics`` (see :mod:`agentwarm.server.metrics`),
@@ -52,19 +56,26 @@ from agentwarm.server.routes_chat import ChatRoutes
 from agentwarm.server.routes_generate import GenerateRoutes
 from agentwarm.server.security import APIKeyGuard, HostGuard
 from agentwarm.server.state import ServerConfig, ServerState
+from agentwarm.warmup.keepwarm import WarmupSettings
 
 __all__ = ("ServerConfig", "create_app")
 
 
 def create_app(
-    engine: Engine, config: ServerConfig | None = None, *, close_engine: bool = True
+    engine: Engine,
+    config: ServerConfig | None = None,
+    *,
+    close_engine: bool = True,
+    warmup: WarmupSettings | None = None,
 ) -> Starlette:
-    """The Starlette app serving ``engine``; closes the engine at shutdown if ``close_engine``."""
+    """The Starlette app serving ``engine``; closes the engine at shutdown if ``close_engine``.
+    With ``warmup``, the plan is warmed once the app starts (``/health/ready``)."""
     config = config or ServerConfig()
-    state = ServerState(engine, config)
+    state = ServerState(engine, config, warmup=warmup)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.start()
         try:
             yield
         finally:

@@ -7,6 +7,7 @@ registers it) and ``python -m agentwarm.server``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -14,8 +15,35 @@ from agentwarm.engines.base import Engine
 from agentwarm.engines.registry import build_engine
 from agentwarm.server.app import ServerConfig
 from agentwarm.server.run import run_server
+from agentwarm.warmup.keepwarm import load_warmup
 
-__all__ = ("serve",)
+__all__ = ("KeepWarmOption", "ReadyFileOption", "RewarmBelowOption", "WarmupOption", "serve")
+
+# The warm-up options of ``agentwarm serve`` and ``agentwarm gateway`` (checked by
+# :func:`~agentwarm.warmup.keepwarm.load_warmup`).
+WarmupOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--warmup",
+        help="Warm-up plan (JSONL, from 'agentwarm warmup plan') to warm once the server is up; "
+        "GET /health/ready answers 503 until it is warm, then 200.",
+    ),
+]
+ReadyFileOption = Annotated[
+    Path | None,
+    typer.Option("--ready-file", help="Written (JSON progress) once the plan is warm."),
+]
+KeepWarmOption = Annotated[
+    float | None,
+    typer.Option("--keep-warm", help="Re-send the plan every S seconds (speculative priority)."),
+]
+RewarmBelowOption = Annotated[
+    float | None,
+    typer.Option(
+        "--rewarm-below",
+        help="Re-warm at once when the live cache hit rate of the last minute is below R (0..1).",
+    ),
+]
 
 
 def serve(
@@ -78,11 +106,19 @@ def serve(
         None, "--fake-seconds-per-output-token", min=0.0, help="--engine fake: cost per output."
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+    warmup: WarmupOption = None,
+    ready_file: ReadyFileOption = None,
+    keep_warm: KeepWarmOption = None,
+    rewarm_below: RewarmBelowOption = None,
 ) -> None:
     """Serve the embedded engine over SGLang's native API (/generate, /abort_request, /metrics...).
 
     Prints 'agentwarm serve: listening on http://HOST:PORT' once it accepts connections.
     """
+
+    settings = load_warmup(  # a bad plan or option fails before binding
+        warmup, ready_file=ready_file, keep_warm_s=keep_warm, rewarm_below=rewarm_below
+    )
 
     def make_engine() -> Engine:
         return build_engine(
@@ -113,4 +149,5 @@ def serve(
         log_level=log_level,
         on_ready=ready,
         insecure_no_api_key=insecure_no_api_key,
+        warmup=settings,
     )

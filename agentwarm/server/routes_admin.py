@@ -20,10 +20,22 @@ from agentwarm.engines.sglang.protocol import AbortRequest, DetokenizeRequest, T
 from agentwarm.errors import EngineError
 from agentwarm.server.http import HTTPError, engine_error, error_reply, read_json, validate
 from agentwarm.server.state import ServerState, package_version
+from agentwarm.warmup.keepwarm import KeepWarm
 
-__all__ = ("AdminRoutes",)
+__all__ = ("AdminRoutes", "ready_response")
 
 log = logging.getLogger(__name__)
+
+
+def ready_response(keep_warm: KeepWarm | None, *, closing: bool = False) -> JSONResponse:
+    """``GET /health/ready`` of a server warming with ``keep_warm`` (``agentwarm serve`` and
+    ``agentwarm gateway``): 200 once its plan is warm, 503 before (and while closing), with
+    the progress as JSON; 200 ``{"ready": true}`` without a warm-up."""
+    body: dict[str, Any] = {"ready": True}
+    if keep_warm is not None and keep_warm.readiness is not None:
+        body = keep_warm.readiness.to_dict()
+    body["ready"] = body["ready"] and not closing
+    return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
 class AdminRoutes:
@@ -39,6 +51,7 @@ class AdminRoutes:
             Route("/abort_request", self.abort_request, methods=["POST"]),
             Route("/flush_cache", self.flush_cache, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/health/ready", self.health_ready, methods=["GET"]),
             Route("/health_generate", self.health_generate, methods=["GET"]),
             Route("/model_info", self.model_info, methods=["GET"]),
             Route("/get_model_info", self.model_info, methods=["GET"]),
@@ -81,6 +94,9 @@ class AdminRoutes:
 
     async def health(self, request: Request) -> Response:
         return Response(status_code=503 if self.state.closing else 200)
+
+    async def health_ready(self, request: Request) -> Response:
+        return ready_response(self.state.keep_warm, closing=self.state.closing)
 
     async def health_generate(self, request: Request) -> Response:
         if self.state.closing:

@@ -25,6 +25,7 @@ from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.security import check_exposure, is_loopback
+from agentwarm.warmup.keepwarm import WarmupSettings
 
 __all__ = ("bind_socket", "is_loopback", "run_server", "serve_app", "serve_engine", "socket_url")
 
@@ -56,8 +57,10 @@ async def serve_engine(
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
     insecure_no_api_key: bool = False,
+    warmup: WarmupSettings | None = None,
 ) -> None:
-    """Serve the engine ``engine_factory()`` builds (inside this loop) until SIGINT/SIGTERM.
+    """Serve the engine ``engine_factory()`` builds (inside this loop) until SIGINT/SIGTERM;
+    with ``warmup``, its plan is warmed once the server starts.
 
     Raises :class:`~agentwarm.errors.ConfigError` before binding when ``host`` is not loopback
     and ``config`` has no API key, unless ``insecure_no_api_key``."""
@@ -72,7 +75,7 @@ async def serve_engine(
     url = socket_url(host, bound)
     try:
         engine = engine_factory()
-        app = create_app(engine, replace(config, host=host, port=bound))
+        app = create_app(engine, replace(config, host=host, port=bound), warmup=warmup)
         await serve_app(app, sock, url, log_level=log_level, on_ready=on_ready)
     finally:
         sock.close()
@@ -87,6 +90,7 @@ def run_server(
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
     insecure_no_api_key: bool = False,
+    warmup: WarmupSettings | None = None,
 ) -> None:
     """Blocking :func:`serve_engine` (its own event loop)."""
     asyncio.run(
@@ -98,6 +102,7 @@ def run_server(
             log_level=log_level,
             on_ready=on_ready,
             insecure_no_api_key=insecure_no_api_key,
+            warmup=warmup,
         )
     )
 

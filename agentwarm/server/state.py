@@ -4,7 +4,9 @@
 * :class:`ServerState` — what the routes share: the engine (closed by the app's lifespan through
   :meth:`ServerState.close`, which also marks the server as closing), the counters of
   ``/metrics`` (:class:`~agentwarm.server.metrics.ServerMetrics`, recorded by ``/generate``
-  only) and the in-flight table.
+  only), the in-flight table and the warm-up (``--warmup``: a
+  :class:`~agentwarm.warmup.keepwarm.KeepWarm`, started and stopped by the app's lifespan; its
+  readiness is what ``/health/ready`` answers).
 * :class:`InflightTable` — the rids of the requests ``/generate`` is serving. Only
   :mod:`agentwarm.server.routes_generate` enters and leaves it; the other routes read it
   (abort, ``/get_load``, ``/server_info``, ``/metrics``).
@@ -26,6 +28,7 @@ from agentwarm.engines.tokenizers import QwenTokenizer
 from agentwarm.errors import EngineError
 from agentwarm.server.metrics import ServerMetrics
 from agentwarm.server.security import default_max_request_bytes
+from agentwarm.warmup.keepwarm import KeepWarm, WarmupSettings
 
 __all__ = ("InflightTable", "ServerConfig", "ServerState", "package_version")
 
@@ -80,7 +83,9 @@ class InflightTable:
 class ServerState:
     """What the routes of one server share (see the module docstring for who changes what)."""
 
-    def __init__(self, engine: Engine, config: ServerConfig) -> None:
+    def __init__(
+        self, engine: Engine, config: ServerConfig, *, warmup: WarmupSettings | None = None
+    ) -> None:
         self.engine = engine
         self.config = config
         self.name = config.model_path or engine.model_name
@@ -92,6 +97,10 @@ class ServerState:
         self.max_request_bytes = config.max_request_bytes or default_max_request_bytes(
             getattr(engine, "max_context", None)
         )
+        #: The warm-up of ``--warmup`` (the plan rendered with the engine's own chat template).
+        self.keep_warm: KeepWarm | None = (
+            warmup.keeper({"local": warmup.warmer(engine)}) if warmup is not None else None
+        )
         self._closing = False
 
     @property
@@ -99,9 +108,16 @@ class ServerState:
         """True once the server shuts down (``/health`` answers 503 then)."""
         return self._closing
 
+    def start(self) -> None:
+        """Start the warm-up, if any (inside the server's loop)."""
+        if self.keep_warm is not None:
+            self.keep_warm.start()
+
     async def close(self, *, close_engine: bool) -> None:
-        """Mark the server as closing; close the engine if ``close_engine``."""
+        """Mark the server as closing, stop the warm-up; close the engine if ``close_engine``."""
         self._closing = True
+        if self.keep_warm is not None:
+            await self.keep_warm.aclose()
         if close_engine:
             await self.engine.aclose()
 

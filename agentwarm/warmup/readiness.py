@@ -1,0 +1,97 @@
+"""Whether a server's warm-up plan is warm: what ``GET /health/ready`` answers and when
+``--ready-file`` is written.
+
+A :class:`Readiness` follows the static warm-up of every worker (the
+:class:`~agentwarm.warmup.warmer.Warmer`'s ``on_prefix`` progress, one running
+:class:`~agentwarm.warmup.warmer.WarmSummary` per worker) and is marked ready by
+:meth:`Readiness.finish` once every worker was warmed. A worker that failed (unreachable, ...)
+does not hold readiness back: its error is reported in :meth:`Readiness.to_dict` (``error``)
+and the server serves, cold on that worker, rather than never.
+
+The ready file (for Kubernetes ``exec`` probes: ``test -f PATH``) is removed when a warm-up
+begins (a file left from an earlier run must not say ready) and written atomically when it is
+done, with the JSON of :meth:`Readiness.to_dict`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentwarm.predictors.store import atomic_write
+
+if TYPE_CHECKING:
+    from agentwarm.warmup.warmer import WarmSummary
+
+__all__ = ("Readiness",)
+
+log = logging.getLogger(__name__)
+
+
+class Readiness:
+    """Progress of a warm-up and whether it is done (see the module docstring)."""
+
+    def __init__(self, *, ready_file: Path | None = None) -> None:
+        self.ready_file = ready_file
+        self._ready = False
+        self._total = 0
+        self._workers: dict[str, WarmSummary] = {}
+        self._error: str | None = None
+        self._order: dict[str, int] = {}
+
+    @property
+    def ready(self) -> bool:
+        """True once :meth:`finish` ran."""
+        return self._ready
+
+    def begin(self, workers: Sequence[str], prefixes: int) -> None:
+        """A warm-up of ``prefixes`` prefixes on each of ``workers`` begins: not ready, the
+        total known, a ready file of an earlier run removed."""
+        self._ready = False
+        self._error = None
+        self._total = prefixes * len(workers)
+        self._workers = {}
+        self._order = {worker: i for i, worker in enumerate(workers)}
+        if self.ready_file is not None:
+            try:
+                self.ready_file.unlink(missing_ok=True)
+            except OSError as exc:
+                log.error("cannot remove the stale ready file %s: %s", self.ready_file, exc)
+
+    def update(self, summary: WarmSummary) -> None:
+        """A worker's running summary (the warmer's ``on_prefix`` callback)."""
+        self._workers[summary.worker] = summary
+
+    def finish(self, summaries: Sequence[WarmSummary], *, error: str | None = None) -> None:
+        """Every worker is warmed (``summaries``: one per worker): ready, and the ready file
+        written. ``error`` reports a failure of the warm-up itself; the workers' own errors are
+        reported with it."""
+        for summary in summaries:
+            self.update(summary)
+        failed = [f"{s.worker}: {s.error}" for s in self._workers.values() if s.error]
+        self._error = "; ".join([*([error] if error else []), *failed]) or None
+        self._ready = True
+        if self.ready_file is not None:
+            data = json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+            try:
+                atomic_write(self.ready_file, data.encode("utf-8"))
+            except OSError as exc:
+                log.error("cannot write the ready file %s: %s", self.ready_file, exc)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"ready", "prefixes" (done: sent or skipped, all workers), "total", "workers":
+        {worker: summary} (in the order :meth:`begin` gave), "error"}``: the body of
+        ``/health/ready``."""
+        done = sum(s.prefixes + s.skipped for s in self._workers.values())
+        last = len(self._order)
+        workers = sorted(self._workers.items(), key=lambda item: self._order.get(item[0], last))
+        return {
+            "ready": self._ready,
+            "prefixes": done,
+            "total": self._total,
+            "workers": {worker: s.to_dict() for worker, s in workers},
+            "error": self._error,
+        }
