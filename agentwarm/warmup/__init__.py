@@ -8,16 +8,24 @@ on request from code (explicit warms).
   (:func:`mine_plan`, ``agentwarm warmup plan``).
 * :mod:`~agentwarm.warmup.warmer` — a plan warmed on workers within a budget of their cache
   (:class:`Warmer`, :func:`warm_workers`, ``agentwarm warmup run``).
+* :mod:`~agentwarm.warmup.keepwarm` — a server's warm-up: static, then kept warm
+  (:class:`KeepWarm`, ``--warmup``, ``--keep-warm``, ``--rewarm-below``).
+* :mod:`~agentwarm.warmup.readiness` — whether the plan is warm (:class:`Readiness`,
+  ``/health/ready``, ``--ready-file``).
 """
 
+from agentwarm.warmup.keepwarm import KeepWarm
 from agentwarm.warmup.mine import mine_plan
+from agentwarm.warmup.readiness import Readiness
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 from agentwarm.warmup.types import Plan, WarmPrefix, load_plan, plan_lines, save_plan
 from agentwarm.warmup.warmer import Warmer, WarmSummary, budget_for, warm_workers
 
 __all__ = (
     "ChatRenderer",
+    "KeepWarm",
     "Plan",
+    "Readiness",
     "WarmPrefix",
     "WarmSummary",
     "Warmer",
