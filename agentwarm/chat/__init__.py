@@ -17,12 +17,20 @@ from importlib.resources import files
 
 from agentwarm.chat.fallback import FALLBACK
 from agentwarm.chat.render import PrefixUnstableWarning, RenderedPrompt, render_ids
-from agentwarm.chat.template import ChatTemplate, Message, Tool, openai_messages
+from agentwarm.chat.template import (
+    SYSTEM_ROLES,
+    ChatTemplate,
+    Message,
+    Tool,
+    openai_messages,
+    split_head,
+)
 from agentwarm.chat.toolcalls import family_of, parse_tool_calls, split_tool_calls
 
 __all__ = (
     "FALLBACK",
     "QWEN2_5",
+    "SYSTEM_ROLES",
     "ChatTemplate",
     "Message",
     "PrefixUnstableWarning",
@@ -32,6 +40,7 @@ __all__ = (
     "openai_messages",
     "parse_tool_calls",
     "render_ids",
+    "split_head",
     "split_tool_calls",
 )
 

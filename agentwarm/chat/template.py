@@ -20,7 +20,7 @@ from typing import Any
 from agentwarm.chat.toolcalls import family_of
 from agentwarm.errors import ConfigError
 
-__all__ = ("ChatTemplate", "Message", "Tool", "openai_messages")
+__all__ = ("SYSTEM_ROLES", "ChatTemplate", "Message", "Tool", "openai_messages", "split_head")
 
 #: One OpenAI-style chat message: ``{"role": "system"|"user"|"assistant"|"tool", "content": str,
 #: "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}],
@@ -38,6 +38,22 @@ _FAMILY_MARKERS = (
     ("hermes", "<tool_call>"),
     ("llama3", "<|start_header_id|>"),
 )
+
+
+#: Roles that make up a request's head when they lead its messages.
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def split_head(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    """(the leading run of system/developer messages, the rest): a request's *head* (what stays
+    the same every time one agent role is called) and its conversation."""
+    cut = 0
+    while cut < len(messages):
+        message = messages[cut]
+        if not isinstance(message, Mapping) or message.get("role") not in SYSTEM_ROLES:
+            break
+        cut += 1
+    return list(messages[:cut]), list(messages[cut:])
 
 
 def openai_messages(messages: Iterable[Message]) -> list[Message]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentwarm._spec import END, START
-from agentwarm.chat import Message
+from agentwarm.chat import Message, split_head
 
 __all__ = (
     "Head",
@@ -49,8 +49,6 @@ __all__ = (
     "split_head",
 )
 
-#: Roles that make up a request's head when they lead its messages.
-SYSTEM_ROLES = frozenset({"system", "developer"})
 #: Name of a head with no system message (and no hint).
 NO_SYSTEM = "no-system"
 HINT_CHARS = 64
@@ -98,17 +96,6 @@ def content_text(content: Any) -> str:
             for part in content
         )
     return canonical_json(content).decode("utf-8", "surrogatepass")
-
-
-def split_head(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
-    """(the leading run of system/developer messages, the rest: the conversation)."""
-    cut = 0
-    while cut < len(messages):
-        message = messages[cut]
-        if not isinstance(message, Mapping) or message.get("role") not in SYSTEM_ROLES:
-            break
-        cut += 1
-    return list(messages[:cut]), list(messages[cut:])
 
 
 def head_key(system: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> str:

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentwarm.chat import Message
+from agentwarm.chat import Message, split_head
 from agentwarm.errors import ConfigError
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
-from agentwarm.warmup.sources import ChatRecord, Records, read_sources, split_head
+from agentwarm.warmup.sources import ChatRecord, Records, read_sources
 from agentwarm.warmup.types import Plan, WarmPrefix
 
 __all__ = ("Mined", "mine", "mine_plan")
@@ -99,7 +99,7 @@ def _groups(chats: Sequence[ChatRecord]) -> list[_Group]:
     prefix's messages are those of its first request in that order, whatever the input's."""
     groups: dict[str, _Group] = {}
     for record in sorted(chats, key=lambda r: (_raw([r.messages, r.tools]), r.node or "")):
-        cut = split_head(record.messages)
+        cut = len(split_head(record.messages)[0])
         system = record.messages[:cut]
         key = _canonical([system, record.tools])
         group = groups.get(key)

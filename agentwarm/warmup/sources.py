@@ -37,9 +37,6 @@ from agentwarm.errors import ConfigError
 
 __all__ = ("ChatRecord", "Records", "read_sources")
 
-#: Roles that make up a request's head when they lead its messages.
-SYSTEM_ROLES = frozenset({"system", "developer"})
-
 _REQUEST_FORMAT = (
     'each line is an OpenAI chat request body {"messages": [...], "tools": [...]} or '
     '{"input_ids": [...]}, optionally with "time" (unix seconds or ISO 8601)'
@@ -73,14 +70,6 @@ class Records:
     def total(self) -> int:
         """How many requests were read."""
         return sum(c.count for c in self.chats) + len(self.ids)
-
-
-def split_head(messages: Sequence[Message]) -> int:
-    """How many of ``messages`` make up the head: the leading system/developer ones."""
-    cut = 0
-    while cut < len(messages) and messages[cut].get("role") in SYSTEM_ROLES:
-        cut += 1
-    return cut
 
 
 # --- telling kinds apart -------------------------------------------------------------------
