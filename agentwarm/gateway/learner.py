@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentwarm._spec import END, START, PrefetchOutcome
+from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
 from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.heads import HeadRegistry
@@ -56,6 +56,7 @@ from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
 from agentwarm.runtime.prefetch.rules import predicted_branch
 from agentwarm.server.chat_protocol import chat_completion, usage
 from agentwarm.stats.definitions import summarize_steps
+from agentwarm.warmup.explicit import traced_prefill
 
 __all__ = ("WINDOW", "Learner", "Prefetch", "Step")
 
@@ -202,16 +203,25 @@ class Learner:
 
     async def warm(self, call: ChatCall) -> dict[str, Any] | None:
         """An explicit warm (``max_tokens: 0``): the stable part of its prompt prefilled now at
-        speculative priority on the session's worker; the reply holds only ``usage`` (its
-        ``cached_tokens``: what the upstream already had). ``None`` (forward it) without a
-        renderer. An upstream failure raises (the app forwards the request instead)."""
+        speculative priority on the session's worker, traced as ``agentwarm.warm``'s are (one
+        ``explicit`` prefill span, :func:`~agentwarm.warmup.explicit.traced_prefill`, its
+        target the node); the reply holds only ``usage`` (its ``cached_tokens``: what the
+        upstream already had). ``None`` (forward it) without a renderer. An upstream failure
+        raises (the app forwards the request instead)."""
         if self.renderer is None:
             return None
         head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
         ids = self.renderer.prefix_ids(head, conversation)
         session = call.session_hint
         worker = self.upstream.worker_for(session, call.rid)
-        result = await self.upstream.prefill(worker, ids, rid=call.rid, session=session)
+        result = await traced_prefill(
+            len(ids),
+            lambda: self.upstream.prefill(worker, ids, rid=call.rid, session=session),
+            abort=lambda: self.upstream.abort(worker, call.rid),
+            kind=PrefetchKind.EXPLICIT,
+            session=session,
+            target=head.name,
+        )
         model = str(call.body.get("model") or "")
         used = usage(len(ids), 0, result.cached_tokens)
         return chat_completion(

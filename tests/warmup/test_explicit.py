@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import asyncio
 from functools import cache
+from pathlib import Path
 
 import pytest
 
 import agentwarm
 from agentwarm import telemetry as tm
 from agentwarm._spec import PrefetchKind
-from agentwarm.chat import render_ids
-from agentwarm.engines.base import PrefillStatus, Priority
+from agentwarm.chat import FALLBACK, render_ids
+from agentwarm.engines.base import PrefillResult, PrefillStatus, Priority
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.local import LocalEngine
 from agentwarm.engines.local.model import LoadedModel, load_model
+from agentwarm.engines.tokenizers import ByteTokenizer
 from agentwarm.errors import ConfigError, EngineUnavailable
+from agentwarm.gateway.learner import Learner
+from agentwarm.gateway.prompts import Renderer
+from agentwarm.gateway.types import ChatCall
 from agentwarm.warmup.render import ChatRenderer
 from tests.waiting import until
 from tests.warmup.gate_engine import GateEngine
@@ -146,3 +151,45 @@ async def test_a_bad_prefix_is_a_config_error_naming_the_fix(
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         await agentwarm.warm(engine, **kwargs)  # type: ignore[arg-type]
     assert engine.calls == []
+
+
+class StubUpstream:
+    """What the gateway's learner uses of its upstream for a warm, over one test engine."""
+
+    def __init__(self, engine: GateEngine) -> None:
+        self.engine = engine
+        self.urls = ["http://w1"]
+
+    def worker_for(self, session: str | None, rid: str) -> str:
+        return self.urls[0]
+
+    async def prefill(
+        self, worker: str, ids: list[int], *, rid: str, session: str | None
+    ) -> PrefillResult:
+        return await self.engine.prefill(ids, rid=rid, session=session)
+
+    async def abort(self, worker: str, rid: str) -> None:
+        await self.engine.abort(rid)
+
+
+async def test_the_gateways_warm_requests_are_explicit_warms(tmp_path: Path) -> None:
+    """``max_tokens: 0`` through the gateway: the same span as ``agentwarm.warm``'s, its target
+    the request's node, on the session's worker."""
+    engine = GateEngine()
+    renderer = Renderer(ChatRenderer(ByteTokenizer().encode, FALLBACK))
+    learner = Learner(StubUpstream(engine), renderer, state_dir=tmp_path)  # type: ignore[arg-type]
+    body = {"model": "m", "max_tokens": 0, "messages": [SYSTEM, {"role": "user", "content": "hi"}]}
+    call = ChatCall(body=body, rid="r1", session_hint="s1", node_hint="booking")
+    with tm.capture_spans() as spans:
+        reply = await learner.warm(call)
+    assert reply is not None and reply["usage"]["prompt_tokens"] > 0
+    ((ids, params),) = engine.calls
+    assert (params.rid, params.priority) == ("r1", Priority.SPECULATIVE)
+    (span,) = spans.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert attrs[tm.AW_PREFILL_KIND] == "explicit"
+    assert (attrs[tm.AW_WORKFLOW], attrs[tm.AW_RUN_ID]) == ("warmup", "s1")
+    assert (attrs[tm.AW_PREFILL_SOURCE], attrs[tm.AW_PREFILL_TARGET]) == ("explicit", "booking")
+    assert attrs[tm.AW_PREFILL_TOKENS] == attrs[tm.AW_PREFILL_COMPUTED_TOKENS] == len(ids)
+    assert attrs[tm.AW_PREFILL_OUTCOME] == "hit"
+    await learner.aclose()
