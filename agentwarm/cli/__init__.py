@@ -28,9 +28,7 @@ for _module in ("run", "stats", "graph", "serve", "gateway", "bench", "warmup"):
     try:
         _mod = importlib.import_module(f"agentwarm.cli.{_module}")
     except ModuleNotFoundError as _exc:  # a command whose module is not there yet
-        if _exc.name != f"agentwarm.cli.{_module}" and not (_exc.name or "").startswith(
-            "agentwarm.warmup."
-        ):  # TODO(issue 14): drop the warmup exception once its command modules exist
+        if _exc.name != f"agentwarm.cli.{_module}":
             raise
         continue
     _mod.register(app)
