@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -208,12 +209,13 @@ async def _warm(
 
 
 def render_summaries(console: Console, plan: Plan, summaries: list[WarmSummary]) -> None:
-    """The per-worker table."""
-    table = Table(title=f"warm-up of {len(plan)} prefixes")
+    """The per-worker table (a failed worker's error by its type; the exit message has it
+    all)."""
+    table = Table(title=f"warm-up of {len(plan)} prefixes", box=box.SIMPLE_HEAD)
     table.add_column("worker", no_wrap=True)
     for name in ("prefixes", "skipped", "tokens", "computed", "seconds", "budget"):
         table.add_column(name, justify="right")
-    table.add_column("error", overflow="fold")
+    table.add_column("error")
     for s in summaries:
         table.add_row(
             s.worker,
@@ -223,7 +225,7 @@ def render_summaries(console: Console, plan: Plan, summaries: list[WarmSummary])
             f"{s.computed_tokens:,}",
             f"{s.seconds:.2f}",
             "-" if s.budget_tokens is None else f"{s.budget_tokens:,}",
-            s.error or "",
+            s.error.partition(":")[0] if s.error else "",  # the whole message: on stderr
         )
     console.print(table)
 
@@ -319,7 +321,10 @@ def run(
         }
         typer.echo(json.dumps(payload))
     else:
-        render_summaries(Console(), plan, summaries)
+        out = Console()
+        if not out.is_terminal:  # a log or a pipe: no terminal width to fit, keep rows whole
+            out.width = max(out.width, 132)
+        render_summaries(out, plan, summaries)
     failures = [s for s in summaries if s.error is not None]
     if failures:
         named = "; ".join(f"{s.worker} ({s.error})" for s in failures)
