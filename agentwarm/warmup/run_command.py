@@ -5,7 +5,8 @@ morning ramp"); ``--refresh-plan`` re-mines the plan from the last ``--since-hou
 first, so the plan follows drift. See :mod:`agentwarm.warmup.warmer` for the budget rule.
 
 Exit codes: 0 every worker warmed; 1 a worker failed (the others were still warmed; the message
-names which); 2 a usage error (bad plan, option or URL).
+names which); 2 a usage error (bad plan, option or URL); 130 interrupted (Ctrl-C: the
+prefills in flight are aborted).
 """
 
 from __future__ import annotations
@@ -288,7 +289,8 @@ def run(
 ) -> None:
     """Warm every worker with PLAN at speculative priority, within a budget per worker.
 
-    Exit codes: 0 all warmed; 1 a worker failed (the others were warmed); 2 usage error."""
+    Exit codes: 0 all warmed; 1 a worker failed (the others were warmed); 2 usage error;
+    130 interrupted (Ctrl-C)."""
     urls = worker_urls(engine)
     check_fraction(budget_fraction)
     refresh: Refresh | None = None
@@ -301,18 +303,22 @@ def run(
         plan = load_plan(plan_path)
     err = Console(stderr=True)
     show = not as_json and err.is_terminal and os.environ.get(NO_PROGRESS_ENV) is None
-    plan, summaries = asyncio.run(
-        _warm(
-            urls,
-            plan_path,
-            plan,
-            model=model,
-            api_key=api_key,
-            budget_fraction=budget_fraction,
-            show_progress=show,
-            refresh=refresh,
+    try:
+        plan, summaries = asyncio.run(
+            _warm(
+                urls,
+                plan_path,
+                plan,
+                model=model,
+                api_key=api_key,
+                budget_fraction=budget_fraction,
+                show_progress=show,
+                refresh=refresh,
+            )
         )
-    )
+    except KeyboardInterrupt:  # the prefills in flight were aborted, the connections closed
+        typer.echo("interrupted: the warm-up stopped part-way", err=True)
+        raise typer.Exit(130) from None
     if as_json:
         payload = {
             "plan": str(plan_path),
