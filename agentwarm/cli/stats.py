@@ -94,11 +94,43 @@ def _summary(st: TraceStats) -> Text:
     return out
 
 
+def _warm_ups(st: TraceStats) -> Table:
+    table = Table(
+        title="Warm-ups (not speculation: outside the prefetch figures)",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("kind")
+    for col in ("prefills", "dropped", "failed", "tokens", "written", "read", "read %"):
+        table.add_column(col, justify="right")
+    for w in st.warm_ups:
+        table.add_row(
+            str(w.kind),
+            str(w.prefills),
+            str(w.dropped),
+            str(w.failed),
+            str(w.tokens),
+            str(w.written_tokens),
+            str(w.read_tokens),
+            pct(w.read_ratio, 1),
+        )
+    return table
+
+
+def _warm_up_note(st: TraceStats) -> Text:
+    out = Text(style="dim")
+    out.append("written: tokens the engine computed for them (cache writes); read: tokens of ")
+    out.append("the completed ones that were cached already (cache reads)\n")
+    out.append(f"live requests read {st.cached_tokens}/{st.prompt_tokens} prompt tokens from ")
+    out.append("the cache; which warm-up kind each came from is not in the spans")
+    return out
+
+
 def _require_spans(
     st: TraceStats, data: TraceData, traces: list[Path], workflow: str | None
 ) -> None:
     """Nothing to report is the user's mistake (wrong file, wrong workflow name): exit 2."""
-    if st.steps or st.prefetches_issued or st.prefetches_dropped:
+    if st.steps or st.prefetches_issued or st.prefetches_dropped or st.warm_ups:
         return
     where = f"{plural(len(traces), 'file')} ({plural(data.spans, 'span')} read)"
     if workflow is not None and (data.steps or data.prefills):
@@ -144,8 +176,12 @@ def stats(
     if st.workflow is not None:
         head = f"{st.workflow}: {head}"
     console.print(head, style="bold")
-    console.print(_table(st))
-    console.print(_summary(st))
+    if st.steps or st.prefetches_issued or st.prefetches_dropped:  # not only warm-ups
+        console.print(_table(st))
+        console.print(_summary(st))
+    if st.warm_ups:
+        console.print(_warm_ups(st))
+        console.print(_warm_up_note(st))
 
 
 def register(app: typer.Typer) -> None:

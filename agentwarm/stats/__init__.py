@@ -5,7 +5,9 @@
   fields are the keys of ``agentwarm run --json`` and ``agentwarm stats --json``; one home,
   shared by run summaries, trace statistics and the benchmark;
 * :mod:`~agentwarm.stats.traces`: reading the JSON-lines trace files (:func:`read_traces`);
-* :mod:`~agentwarm.stats.edges`: per-edge statistics of traced runs (:func:`compute_stats`).
+* :mod:`~agentwarm.stats.edges`: per-edge statistics of traced runs (:func:`compute_stats`);
+* :mod:`~agentwarm.stats.warmups`: what the warm-up prefills did, per kind (cache reads vs
+  writes), apart from the runs' figures.
 
 Below the runtime: nothing here imports ``agentwarm.runtime``; the runtime's records qualify
 as :class:`StepLike` and :class:`PrefillLike`.
@@ -33,6 +35,7 @@ from agentwarm.stats.traces import (
     TraceData,
     read_traces,
 )
+from agentwarm.stats.warmups import WarmUpStats, warm_up_stats
 
 __all__ = (
     "MAX_COUNT",
@@ -47,10 +50,12 @@ __all__ = (
     "Summary",
     "TraceData",
     "TraceStats",
+    "WarmUpStats",
     "acceptance_ratio",
     "branch_hit_rate",
     "compute_stats",
     "read_traces",
     "summarize_steps",
+    "warm_up_stats",
     "wasted_tokens",
 )

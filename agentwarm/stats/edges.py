@@ -33,6 +33,7 @@ from agentwarm.stats.definitions import (
     wasted_tokens,
 )
 from agentwarm.stats.traces import PrefillSpan, RunSpan, StepSpan
+from agentwarm.stats.warmups import WarmUpStats, is_warm_up, warm_up_stats
 
 __all__ = ("EdgeStats", "TraceStats", "compute_stats")
 
@@ -85,10 +86,13 @@ class TraceStats(Summary):
     """The :class:`~agentwarm.stats.definitions.Summary` of the traced runs, plus per-edge counts.
 
     ``workflow`` is ``None`` when the traces mix several workflows; ``workflows`` lists them.
+    ``warm_ups`` are the warm-up prefills per kind (:mod:`~agentwarm.stats.warmups`): they
+    belong to no workflow run and count in nothing else.
     """
 
     edges: list[EdgeStats] = field(default_factory=list)
     workflows: list[str] = field(default_factory=list)
+    warm_ups: list[WarmUpStats] = field(default_factory=list)
 
     def edge(self, from_node: str, to_node: str, workflow: str | None = None) -> EdgeStats | None:
         for e in self.edges:
@@ -97,8 +101,12 @@ class TraceStats(Summary):
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The summary's keys (the same as ``agentwarm run --json``'s) and ``edges``."""
-        return {**super().to_dict(), "edges": [e.to_dict() for e in self.edges]}
+        """The summary's keys (the same as ``agentwarm run --json``'s), ``edges``, and
+        ``warm_ups`` when the traces hold any."""
+        out = {**super().to_dict(), "edges": [e.to_dict() for e in self.edges]}
+        if self.warm_ups:
+            out["warm_ups"] = [w.to_dict() for w in self.warm_ups]
+        return out
 
 
 def _mean(values: list[float]) -> float | None:
@@ -126,7 +134,10 @@ def compute_stats(
     runs: Sequence[RunSpan] = (),
 ) -> TraceStats:
     """Per-edge and overall statistics; restricted to one workflow when ``workflow`` is given.
-    ``runs`` (the workflow spans) give the edges into END."""
+    ``runs`` (the workflow spans) give the edges into END. Warm-up prefills (of any workflow)
+    are reported apart, per kind, and nowhere else."""
+    warm_ups = warm_up_stats(prefills)
+    prefills = [p for p in prefills if not is_warm_up(p)]
     if workflow is not None:
         steps = [s for s in steps if s.workflow == workflow]
         prefills = [p for p in prefills if p.workflow == workflow]
@@ -183,4 +194,4 @@ def compute_stats(
         runs=len({(s.workflow, s.run_id) for s in steps}),
         node_key=lambda s: (s.workflow, s.node),
     )
-    return TraceStats(**summary.to_dict(), edges=ordered, workflows=workflows)
+    return TraceStats(**summary.to_dict(), edges=ordered, workflows=workflows, warm_ups=warm_ups)

@@ -9,7 +9,9 @@ already flattened by the reader) and raises :class:`BadSpan` saying which attrib
 how:
 
 * a required name (a step's ``from``/``node``, a prefill's ``source``/``target``, a run's id)
-  that is missing or not a non-empty string: ``step span without a string '<attribute>'``;
+  that is missing or not a non-empty string: ``step span without a string '<attribute>'``
+  (a warm-up prefill, kind ``static``/``keep_warm``/``explicit``, may omit its source and
+  target: it is on no edge);
 * a count, index or rank that is not an integer in 0..:data:`MAX_COUNT` (integral numbers and
   decimal strings are read as integers);
 * a TTFT that is not a finite number >= 0, a probability outside 0..1 (numbers or decimal
@@ -28,10 +30,17 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, NoReturn, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from agentwarm._spec import PrefetchKind, PrefetchOutcome
+from agentwarm._spec import WARM_UP_KINDS, PrefetchKind, PrefetchOutcome
 from agentwarm.telemetry import names as tn
 
 __all__ = (
@@ -203,6 +212,21 @@ class PrefillAttributes(SpanAttributes):
     """A prefill span's attributes (the fields of :class:`~agentwarm.stats.traces.PrefillSpan`)."""
 
     span: ClassVar[str] = "prefill"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _warm_up_names(cls, data: Any) -> Any:
+        """A warm-up prefill is on no edge: its source, when absent, reads as ``warmup`` and its
+        target as its kind."""
+        kind = data.get(tn.AW_PREFILL_KIND) if isinstance(data, Mapping) else None
+        if not isinstance(kind, str) or kind not in WARM_UP_KINDS:
+            return data
+        data = dict(data)
+        if not data.get(tn.AW_PREFILL_SOURCE):
+            data[tn.AW_PREFILL_SOURCE] = "warmup"
+        if not data.get(tn.AW_PREFILL_TARGET):
+            data[tn.AW_PREFILL_TARGET] = kind
+        return data
 
     workflow: Label = Field("", validation_alias=tn.AW_WORKFLOW)
     run_id: Label = Field("", validation_alias=tn.AW_RUN_ID)
