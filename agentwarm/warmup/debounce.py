@@ -183,7 +183,7 @@ class Debouncer:
             log.warning("warm of %r not sent: %s", key, exc)
             return
         running = self._running.get(key, [])
-        for sent in running:
+        for sent in list(running):  # the awaits below let finished ones leave the list
             if not sent.superseded and not _extends(ids, sent.ids):
                 sent.superseded = True
                 self.aborted += 1
