@@ -7,14 +7,21 @@ messages (one edge per message, told apart by its canonical JSON) counts how man
 start with each prefix. Kept, per group:
 
 * the deepest prefixes whose *share* (requests starting with it / all requests mined, every
-  group and file together) is at least ``min_share``: a prefix whose requests branch into
-  several children of that share gives each child (or its own deepest descendants), not
-  itself;
+  group and file together) is at least ``min_share`` and that at least two *conversations*
+  share: a prefix whose requests branch into several children of that share gives each child
+  (or its own deepest descendants), not itself;
 * the head itself, when its share is at least ``min_share`` and it is not one of those.
 
+A conversation is a chain of requests each of which extends the one before (one session's
+requests): the requests that end at the trie's leaves count them, identical requests as so
+many conversations. Its own history is shared by all of its requests, so a
+share of requests alone would keep every long conversation's history; but it is cached by the
+conversation's own first requests and is worth nothing to the next one, so a prefix deeper than
+the head is kept only when two conversations or more go through it.
+
 Token-id requests: the same over token ids, by one pass over the sorted id lists (the longest
-prefixes shared by at least ``min_share`` of the requests, a prefix of another kept one
-dropped).
+prefixes that two conversations or more share and at least ``min_share`` of the requests start
+with, a prefix of another kept one dropped).
 
 A prefix's ``tokens`` is its length rendered for the served model
 (:meth:`~agentwarm.warmup.render.ChatRenderer.prefix_ids`; for ids, their number); prefixes of
@@ -29,7 +36,7 @@ import bisect
 import itertools
 import json
 import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +65,11 @@ class _Node:
 
     message: Message | None = None
     count: int = 0
+    #: Requests that end with this prefix's last message.
+    ends: int = 0
+    #: Conversations through this prefix (set by :func:`_count_leaves`): the requests ending at
+    #: the leaves below it (identical requests are as many conversations).
+    leaves: int = 0
     nodes: Counter[str] = field(default_factory=Counter)
     children: dict[str, _Node] = field(default_factory=dict)
 
@@ -118,7 +130,20 @@ def _groups(chats: Sequence[ChatRecord]) -> list[_Group]:
             node.count += record.count
             if record.node is not None:
                 node.nodes[record.node] += record.count
+        node.ends += record.count
     return [groups[k] for k in sorted(groups)]
+
+
+def _count_leaves(root: _Node) -> None:
+    """Set ``leaves`` of every node under ``root`` (iteratively: conversations can be long)."""
+    order: list[_Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.children.values())
+    for node in reversed(order):
+        node.leaves = sum(c.leaves for c in node.children.values()) if node.children else node.ends
 
 
 def _node_name(node: _Node) -> str | None:
@@ -132,11 +157,12 @@ def _chat_prefixes(group: _Group, least: int) -> list[tuple[tuple[Message, ...],
     root = group.root
     if root.count < least:
         return []
+    _count_leaves(root)
     kept: list[tuple[tuple[Message, ...], _Node]] = []
     stack: list[tuple[tuple[Message, ...], _Node]] = [(group.system, root)]
     while stack:
         messages, node = stack.pop()
-        frequent = [c for c in node.children.values() if c.count >= least]
+        frequent = [c for c in node.children.values() if c.count >= least and c.leaves >= 2]
         if not frequent:
             kept.append((messages, node))
         for child in frequent:
@@ -148,46 +174,43 @@ def _chat_prefixes(group: _Group, least: int) -> list[tuple[tuple[Message, ...],
 
 
 def _id_prefixes(ids: Sequence[tuple[int, ...]], least: int) -> list[tuple[tuple[int, ...], int]]:
-    """The longest id prefixes that at least ``least`` of ``ids`` start with, none a prefix of
-    another, each with how many start with it."""
+    """The longest id prefixes that two conversations or more share and at least ``least`` of
+    ``ids`` start with, none a prefix of another, each with how many start with it."""
     seqs = sorted(ids)
     n = len(seqs)
     if n < least:
         return []
-    if least == 1:
-        candidates = set(seqs)
-    else:
-        lcp = []
-        for a, b in itertools.pairwise(seqs):
-            k = 0
-            for x, y in zip(a, b, strict=False):
-                if x != y:
-                    break
-                k += 1
-            lcp.append(k)
-        # The prefix shared by each window of `least` neighbours: the window's smallest LCP.
-        window = least - 1
-        candidates = set()
-        low: deque[int] = deque()
-        for i, value in enumerate(lcp):
-            while low and lcp[low[-1]] >= value:
-                low.pop()
-            low.append(i)
-            if low[0] <= i - window:
-                low.popleft()
-            if i >= window - 1 and lcp[low[0]] > 0:
-                candidates.add(seqs[i][: lcp[low[0]]])
-    ordered = sorted(candidates)
-    out = []
-    for i, prefix in enumerate(ordered):
-        if i + 1 < len(ordered) and ordered[i + 1][: len(prefix)] == prefix:
-            continue  # a longer kept prefix extends it
+    # The conversations' last requests: those no other request extends (in sorted order, a
+    # sequence another extends is extended by the one after it).
+    ends = [a for a, b in itertools.pairwise([*seqs, ()]) if a == b or b[: len(a)] != a]
+    # Every prefix two conversations share ends where two neighbours' shared part ends.
+    candidates = {a[: _shared(a, b)] for a, b in itertools.pairwise(ends)}
+    counted = []
+    for prefix in candidates:
+        if not prefix:
+            continue
         start = bisect.bisect_left(seqs, prefix)
         end = start
         while end < n and seqs[end][: len(prefix)] == prefix:
             end += 1
-        out.append((prefix, end - start))
-    return out
+        if end - start >= least:
+            counted.append((prefix, end - start))
+    counted.sort()
+    return [
+        (prefix, count)
+        for i, (prefix, count) in enumerate(counted)
+        if not any(longer[: len(prefix)] == prefix for longer, _ in counted[i + 1 :])
+    ]
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids ``a`` and ``b`` have in common."""
+    k = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        k += 1
+    return k
 
 
 def _order_key(prefix: WarmPrefix) -> tuple[float, int, str]:

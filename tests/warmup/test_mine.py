@@ -85,12 +85,11 @@ def test_two_heads_one_branching_give_the_exact_plan(tmp_path: Path) -> None:
     log = write_jsonl(tmp_path / "requests.jsonl", REQUESTS)
     plan = mine_plan([log], renderer=R, min_share=0.2)
     assert plan_lines(plan) == [
-        # The two branches of head A (2 of 10 requests each, 4 messages + 1 tool: 41 tokens;
-        # the same value and length, so in canonical JSON order: "three" < "two").
-        line({"messages": [SA, U1, A1, THREE], "tools": [TOOL], "share": 0.2, "tokens": 41,
-              "count": 2}),
-        line({"messages": [SA, U1, A1, TWO], "tools": [TOOL], "share": 0.2, "tokens": 41,
-              "count": 2}),
+        # Head A's conversations branch after [u1, a1] into "two" and "three", but each branch
+        # is one conversation (a request and the one that extends it): their histories are not
+        # shared, so the branch point is the prefix (4 of 10 requests, 3 messages + 1 tool).
+        line({"messages": [SA, U1, A1], "tools": [TOOL], "share": 0.4, "tokens": 31,
+              "count": 4}),
         # Head A itself: 6 of 10 requests start with it; value 0.6 x 11.
         line({"messages": [SA], "tools": [TOOL], "share": 0.6, "tokens": 11, "count": 6}),
         # Head B: no conversation of it is shared by 2 requests: the head is the prefix.
@@ -116,10 +115,15 @@ def test_input_ids_are_mined_by_their_longest_shared_prefixes(tmp_path: Path) ->
     ids = [[1, 2, 3, 4, 5], [1, 2, 3, 7], [9, 9], [1, 2, 3, 4, 6], [1, 2, 3, 7, 8]]
     log = write_jsonl(tmp_path / "ids.jsonl", [{"input_ids": i} for i in ids])
     plan = mine_plan([log], renderer=None, min_share=0.4)
-    # [1, 2, 3] (4 requests) is extended by both kept prefixes, each shared by 2.
+    # [1, 2, 3] (4 requests) is extended by [1, 2, 3, 4], which two conversations share;
+    # [1, 2, 3, 7] starts 2 requests too, but of one conversation ([.., 7] then [.., 7, 8]).
     assert plan_lines(plan) == [
         line({"input_ids": [1, 2, 3, 4], "share": 0.4, "tokens": 4, "count": 2}),
-        line({"input_ids": [1, 2, 3, 7], "share": 0.4, "tokens": 4, "count": 2}),
+    ]
+    # Identical requests are so many conversations (a fixed prompt sent by each session).
+    same = write_jsonl(tmp_path / "same.jsonl", [{"input_ids": [4, 2]}] * 3)
+    assert plan_lines(mine_plan([same], renderer=None, min_share=1.0)) == [
+        line({"input_ids": [4, 2], "share": 1.0, "tokens": 2, "count": 3})
     ]
     plan = mine_plan([log], renderer=None, min_share=0.8)
     assert plan_lines(plan) == [
@@ -203,7 +207,7 @@ def test_since_keeps_the_recent_requests(tmp_path: Path) -> None:
         [
             {"input_ids": [1, 2], "time": now - 7200},
             {"input_ids": [1, 2], "timestamp": now - 7200},
-            {"input_ids": [3, 4], "time": recent},
+            {"input_ids": [3, 4, 6], "time": recent},
             {"input_ids": [3, 4, 5], "time": now - 10},
         ],
     )
@@ -355,8 +359,10 @@ def test_the_tau_airline_policy_and_its_tools_are_the_top_prefix(tmp_path: Path)
         ]
     log = write_jsonl(tmp_path / "tau.jsonl", requests)
     renderer = load_chat_renderer("tiny")
-    plan = mine_plan([log], renderer=renderer, min_share=0.05, top_k=3)
-    top = plan.prefixes[0]
+    plan = mine_plan([log], renderer=renderer, min_share=0.01, top_k=3)
+    # The only prefix that conversations share: every conversation's own history is shared by
+    # its own requests only (its first user turns differ from the others').
+    (top,) = plan.prefixes
     assert len(tools) == 14
     assert top.messages == (requests[0]["messages"][0],)
     assert top.tools == tuple(tools)
