@@ -360,9 +360,14 @@ def test_the_tau_airline_policy_and_its_tools_are_the_top_prefix(tmp_path: Path)
     log = write_jsonl(tmp_path / "tau.jsonl", requests)
     renderer = load_chat_renderer("tiny")
     plan = mine_plan([log], renderer=renderer, min_share=0.01, top_k=3)
-    # The only prefix that conversations share: every conversation's own history is shared by
-    # its own requests only (its first user turns differ from the others').
-    (top,) = plan.prefixes
+    # Then one opening that several trials of one task share (22 requests of 5 trials); no
+    # conversation's own history (shared only by its own requests) is kept.
+    top, opening = plan.prefixes
+    assert [m["role"] for m in opening.messages or ()] == ["system", "user", "assistant"] * 1 + [
+        "user",
+        "assistant",
+    ]
+    assert opening.count == 22
     assert len(tools) == 14
     assert top.messages == (requests[0]["messages"][0],)
     assert top.tools == tuple(tools)
