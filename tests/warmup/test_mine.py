@@ -363,10 +363,8 @@ def test_the_tau_airline_policy_and_its_tools_are_the_top_prefix(tmp_path: Path)
     # Then one opening that several trials of one task share (22 requests of 5 trials); no
     # conversation's own history (shared only by its own requests) is kept.
     top, opening = plan.prefixes
-    assert [m["role"] for m in opening.messages or ()] == ["system", "user", "assistant"] * 1 + [
-        "user",
-        "assistant",
-    ]
+    roles = ["system", "user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in opening.messages or ()] == roles
     assert opening.count == 22
     assert len(tools) == 14
     assert top.messages == (requests[0]["messages"][0],)
