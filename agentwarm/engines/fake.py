@@ -263,6 +263,7 @@ class FakeEngine(Engine):
             seed=live.seed if live else None,
             session=params.session,
             future=asyncio.get_running_loop().create_future(),
+            pin_ttl_s=None if live else params.pin_ttl_s,
         )
 
     def _submit(self, req: _Request) -> asyncio.Future[Any]:

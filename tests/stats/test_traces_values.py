@@ -28,6 +28,8 @@ runner = CliRunner()
 
 LONG = "9" * 5000
 LONG_SHOWN = f"{repr(LONG)[:30]}... (5002 characters)"
+#: How the reader lists the prefill kinds it accepts (every PrefetchKind value, in order).
+KINDS = "'speculative', 'confirmed', 'static', 'keep_warm' or 'explicit'"
 
 #: (span kind, attribute, bad value, the problem reported)
 BAD: list[tuple[str, str, Any, str]] = [
@@ -59,7 +61,7 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("prefill", tm.AW_PREFILL_RANK, -1, "is negative: -1"),
     ("step", tm.AW_STEP_TTFT, [1], "is not a number: [1]"),
     ("step", tm.AW_STEP_PROMPT_TOKENS, True, "is not an integer: True"),
-    ("prefill", tm.AW_PREFILL_KIND, "guess", "is not 'speculative' or 'confirmed': 'guess'"),
+    ("prefill", tm.AW_PREFILL_KIND, "guess", f"is not {KINDS}: 'guess'"),
     (
         "prefill",
         tm.AW_PREFILL_OUTCOME,
@@ -124,7 +126,7 @@ def test_a_required_name_that_is_not_a_string_skips_the_span(
     path = _write(tmp_path / "t.jsonl", [first, _span(kind, key, value)])
     data = read_traces([path])
     if key == tm.AW_PREFILL_KIND:
-        problem = f"'{key}' is not 'speculative' or 'confirmed': None"
+        problem = f"'{key}' is not {KINDS}: None"
     else:
         problem = f"{kind} span without a string '{key}'"
     assert [(p.line, p.message) for p in data.problems] == [(2, problem)]
