@@ -263,7 +263,7 @@ class FakeEngine(Engine):
             seed=live.seed if live else None,
             session=params.session,
             future=asyncio.get_running_loop().create_future(),
-            pin_ttl_s=None if live else params.pin_ttl_s,
+            pin_ttl_s=params.pin_ttl_s if isinstance(params, PrefillParams) else None,
         )
 
     def _submit(self, req: _Request) -> asyncio.Future[Any]:

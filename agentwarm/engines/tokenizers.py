@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "BUILTIN_TOKENIZERS",
+    "PRESET_TOKENIZERS",
     "ByteTokenizer",
     "HFTokenizer",
     "QwenTokenizer",
@@ -44,6 +45,18 @@ __all__ = (
     "chat_template_of",
     "load_tokenizer",
 )
+
+
+PRESET_TOKENIZERS: dict[str, str] = {
+    "tiny": "qwen2.5",
+    "small": "qwen2.5",
+    "1b": "qwen2.5",
+    "tiny-bytes": "byte",
+    "small-bytes": "byte",
+}
+"""The built-in tokenizer of each model preset (a name
+:func:`~agentwarm.engines.local.model.preset_tokenizer` takes). Defined here, where importing it
+costs no torch: the commands that only tokenize read it."""
 
 
 @runtime_checkable

@@ -76,7 +76,7 @@ def load_chat_renderer(model: str) -> ChatRenderer:
     """The renderer of ``--model``: a preset name (its built-in tokenizer and template) or a
     local checkpoint/tokenizer directory (its tokenizer and chat template). Raises
     :class:`~agentwarm.errors.ConfigError` naming the fix when neither works."""
-    from agentwarm.engines.local.model import PRESET_TOKENIZERS
+    from agentwarm.engines.tokenizers import PRESET_TOKENIZERS
 
     spec: str | Path = PRESET_TOKENIZERS.get(model, model)
     if spec == model and not Path(model).is_dir():

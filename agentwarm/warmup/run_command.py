@@ -68,7 +68,7 @@ async def served_renderer(engines: Mapping[str, Engine]) -> ChatRenderer:
     """The renderer of the model the workers serve, from ``/model_info``'s model path when it
     names a preset or a local directory; ConfigError saying to pass ``--model`` otherwise (or
     when the workers serve different models)."""
-    from agentwarm.engines.local.model import PRESET_TOKENIZERS
+    from agentwarm.engines.tokenizers import PRESET_TOKENIZERS
 
     paths: dict[str, str] = {}
     for label, engine in engines.items():

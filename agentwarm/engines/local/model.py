@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentwarm.engines.tokenizers import (
+    PRESET_TOKENIZERS,
     QWEN2_5_EMBEDDINGS,
     ByteTokenizer,
     HFTokenizer,
@@ -96,15 +97,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 """The ``LlamaConfig`` fields of each preset that differ between presets (see
 :func:`preset_config` for the common ones)."""
-
-PRESET_TOKENIZERS: dict[str, str] = {
-    "tiny": "qwen2.5",
-    "small": "qwen2.5",
-    "1b": "qwen2.5",
-    "tiny-bytes": "byte",
-    "small-bytes": "byte",
-}
-"""The built-in tokenizer of each preset (a name :func:`preset_tokenizer` takes)."""
 
 
 @dataclass(frozen=True, slots=True)
