@@ -212,7 +212,8 @@ async def _warm(
 def render_summaries(console: Console, plan: Plan, summaries: list[WarmSummary]) -> None:
     """The per-worker table (a failed worker's error by its type; the exit message has it
     all)."""
-    table = Table(title=f"warm-up of {len(plan)} prefixes", box=box.SIMPLE_HEAD)
+    count = f"{len(plan)} prefix" + ("" if len(plan) == 1 else "es")
+    table = Table(title=f"warm-up of {count}", box=box.SIMPLE_HEAD)
     table.add_column("worker", no_wrap=True)
     for name in ("prefixes", "skipped", "tokens", "computed", "seconds", "budget"):
         table.add_column(name, justify="right")
