@@ -129,6 +129,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 async def run_workload(
     workload: Workload,
     loaded: LoadedModel,
+    renderer: ChatRenderer,
     *,
     requests: int,
     rewarm_every: int,
@@ -137,10 +138,8 @@ async def run_workload(
     top_k: int = 20,
     concurrency: int = 1,
 ) -> dict[str, Any]:
-    """Every mode on one workload, and the ratios and goals."""
-    probe = LocalEngine(loaded, max_cached_tokens=0)
-    renderer = ChatRenderer.for_engine(probe)
-    await probe.aclose()
+    """Every mode on one workload (prompts rendered by ``renderer``: the engine's), and the
+    ratios and goals."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="warmup-bench-") as tmp:
         log = Path(tmp) / "train-requests.jsonl"
@@ -149,7 +148,6 @@ async def run_workload(
     mine_s = time.perf_counter() - t0
     replayed: list[Request] = interleave(workload.test, requests)
     pieces: dict[str, list[int]] = {}
-    assert renderer.template is not None
     prompts = [prompt_ids(renderer.template, renderer.encode, r, pieces) for r in replayed]
     plan_figures, plan_ids = plan_info(plan, renderer)
     distinct = distinct_tokens(prompts)
@@ -245,7 +243,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     _progress(f"loading {model} on {args.device}")
     loaded = load_model(model, device=args.device, seed=0)
     probe = LocalEngine(loaded, max_cached_tokens=0)
-    template = probe.chat_template
+    template, renderer = probe.chat_template, ChatRenderer.for_engine(probe)
     await probe.aclose()
     conversations = args.conversations or prof.conversations
     workloads = load_workloads(args, names, loaded.tokenizer.encode, conversations)
@@ -269,6 +267,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         out["workloads"][workload.name] = await run_workload(
             workload,
             loaded,
+            renderer,
             requests=requests,
             rewarm_every=rewarm_every,
             small_cache=small_cache,
@@ -288,6 +287,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _arrival(concurrency: int) -> str:
+    return "one after another" if concurrency == 1 else f"up to {concurrency} in flight"
+
+
 def render(report: dict[str, Any]) -> str:
     """The report (:func:`measure`) as markdown tables and goal lines."""
     lines = [
@@ -298,9 +301,11 @@ def render(report: dict[str, Any]) -> str:
     for name, w in report["workloads"].items():
         lines.append(
             f"### {name}: first {w['requests']} requests of {w['test_conversations']} test "
-            f"conversations (round-robin); plan of {len(w['plan'])} prefixes mined from "
-            f"{w['train_requests']} train requests in {w['mine_s']:.1f} s; small cache "
-            f"{w['small_cache_tokens']} of {w['distinct_tokens']} distinct tokens"
+            f"conversations (round-robin, {_arrival(report['concurrency'])}); plan of "
+            f"{len(w['plan'])} prefixes mined from {w['train_requests']} train requests in "
+            f"{w['mine_s']:.1f} s; small cache "
+            f"{w['small_cache_tokens']} tokens for {w['distinct_tokens']} distinct ones"
+            + (" (it holds them all)" if w["small_cache_fits_all"] else "")
         )
         lines.append("")
         lines.append(
