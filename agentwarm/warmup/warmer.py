@@ -70,6 +70,11 @@ class WarmSummary:
     tokens: int = 0
     #: Tokens the engine computed (``tokens - computed_tokens`` were cached already).
     computed_tokens: int = 0
+    #: As the engine counts them: the prompt tokens of the prefills sent (every prefix whole)
+    #: and, of those, the tokens found cached — what the warm-up adds to the engine's prompt
+    #: and hit counters (keep-warm takes them out of the live hit rate).
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
     seconds: float = 0.0
     budget_tokens: int | None = None
     #: Why the worker failed (unreachable, ...): reported here, never raised.
@@ -84,6 +89,8 @@ class WarmSummary:
             "skipped": self.skipped,
             "tokens": self.tokens,
             "computed_tokens": self.computed_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "seconds": round(self.seconds, 6),
             "budget_tokens": self.budget_tokens,
             "error": self.error,
@@ -211,6 +218,8 @@ class Warmer:
                         summary.prefixes += 1
                         summary.tokens += new
                         summary.computed_tokens += result.computed_tokens
+                        summary.prompt_tokens += result.cached_tokens + result.computed_tokens
+                        summary.cached_tokens += result.cached_tokens
                 summary.seconds = time.perf_counter() - started
                 if on_prefix is not None:
                     on_prefix(summary)

@@ -103,6 +103,8 @@ def test_every_worker_finds_the_plan_warm_on_its_first_live_request(
             "skipped": 0,
             "tokens": len(chat) + 60,
             "computed_tokens": len(chat) + 60,
+            "prompt_tokens": len(chat) + 60,
+            "cached_tokens": 0,
             "budget_tokens": cap // 2,
             "error": None,
         }

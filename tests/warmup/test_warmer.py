@@ -68,6 +68,8 @@ async def test_a_warmed_prefix_is_cached_for_the_first_live_request(local: Any) 
         "skipped": 0,
         "tokens": len(chat) + 90,
         "computed_tokens": len(chat) + 90,
+        "prompt_tokens": len(chat) + 90,
+        "cached_tokens": 0,
         "seconds": 0,
         "budget_tokens": (await local.stats()).capacity_tokens // 2,
         "error": None,
