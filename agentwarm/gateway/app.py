@@ -18,7 +18,8 @@ Endpoints:
   runs (its workers being down is reported, not a failure: the gateway itself is up).
 * ``GET /health/ready`` — with a warm-up plan (``--warmup``: every worker warmed, then kept
   warm, :class:`~agentwarm.warmup.keepwarm.KeepWarm`), 503 until the plan is warm on every
-  worker, then 200, both with the progress as JSON; without one, 200 ``{"ready": true}``.
+  worker (200 once their warm-ups ended, unless every worker failed before warming anything),
+  then 200, both with the progress as JSON; without one, 200 ``{"ready": true}``.
 * ``GET /metrics`` — Prometheus text (:mod:`~agentwarm.gateway.metrics`).
 * ``GET /v1/agentwarm/stats`` — ``hooks.stats()`` with the app's ``requests``, ``ttft_p50_s``,
   ``ttft_p95_s``, ``overhead_p50_s`` and ``overhead_p95_s`` (the app's figures win).
@@ -52,9 +53,9 @@ from agentwarm.gateway.routes import Background, ChatProxy
 from agentwarm.gateway.types import Hooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.http import HTTPError, error_reply, error_response, http_exception, unexpected
-from agentwarm.server.routes_admin import ready_response
 from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES, APIKeyGuard, HostGuard
-from agentwarm.warmup.keepwarm import KeepWarm, WarmupSettings
+from agentwarm.warmup.keepwarm import KeepWarm
+from agentwarm.warmup.options import WarmupSettings, ready_answer
 
 __all__ = ("GatewayConfig", "create_gateway_app")
 
@@ -171,7 +172,8 @@ class Gateway:
         return JSONResponse({"status": "ok", "upstreams": await self.upstream.health()})
 
     async def ready(self, request: Request) -> Response:
-        return ready_response(self.keep_warm, closing=self.closed)
+        status, body = ready_answer(self.keep_warm, closing=self.closed)
+        return JSONResponse(body, status_code=status)
 
     async def prometheus(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)

@@ -24,14 +24,15 @@ from agentwarm.gateway.run import serve_gateway
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.predictors import default_state_dir
-from agentwarm.server.command import (
+from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES
+from agentwarm.warmup.options import (
     KeepWarmOption,
     ReadyFileOption,
     RewarmBelowOption,
     WarmupOption,
+    WarmupSettings,
+    load_warmup,
 )
-from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES
-from agentwarm.warmup.keepwarm import WarmupSettings, load_warmup
 
 __all__ = ("build_hooks", "gateway", "gateway_warmup", "parse_upstreams")
 

@@ -21,7 +21,7 @@ from agentwarm.gateway.types import Hooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.run import bind_socket, serve_app, socket_url
 from agentwarm.server.security import check_exposure, is_loopback
-from agentwarm.warmup.keepwarm import WarmupSettings
+from agentwarm.warmup.options import WarmupSettings
 
 __all__ = ("serve_gateway",)
 

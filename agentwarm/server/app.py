@@ -16,8 +16,9 @@ Endpoints (SGLang 0.5.x names; the ``/get_*`` spellings are the pre-0.5.5 aliase
   also for an empty, unknown or finished rid (as SGLang). A client that disconnects also aborts
   its request.
 * ``GET /health/ready`` — readiness: with a warm-up plan (``--warmup``), 503 until the plan is
-  warm, then 200, both with the progress as JSON
-  (:meth:`~agentwarm.warmup.readiness.Readiness.to_dict`); without one, 200 ``{"ready": true}``.
+  warm (and while the warm-up failed before warming anything), then 200, both with the progress
+  as JSON (:func:`~agentwarm.warmup.options.ready_answer`); without one, 200
+  ``{"ready": true}``.
   ``/health`` stays liveness.
 * ``POST /flush_cache`` (POST only: it changes state), ``GET /health``, ``GET /health_generate``,
   ``GET /model_info``, ``GET /server_info`` (sglang-router probes these three at start-up),
@@ -56,7 +57,7 @@ from agentwarm.server.routes_chat import ChatRoutes
 from agentwarm.server.routes_generate import GenerateRoutes
 from agentwarm.server.security import APIKeyGuard, HostGuard
 from agentwarm.server.state import ServerConfig, ServerState
-from agentwarm.warmup.keepwarm import WarmupSettings
+from agentwarm.warmup.options import WarmupSettings
 
 __all__ = ("ServerConfig", "create_app")
 
@@ -69,7 +70,8 @@ def create_app(
     warmup: WarmupSettings | None = None,
 ) -> Starlette:
     """The Starlette app serving ``engine``; closes the engine at shutdown if ``close_engine``.
-    With ``warmup``, the plan is warmed once the app starts (``/health/ready``)."""
+    With ``warmup``, the plan is warmed once the app starts (``/health/ready``).
+    ``app.state.server`` is the :class:`~agentwarm.server.state.ServerState`."""
     config = config or ServerConfig()
     state = ServerState(engine, config, warmup=warmup)
 
@@ -91,6 +93,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={HTTPException: http_exception, Exception: unexpected},
     )
+    app.state.server = state
     if config.api_key:
         app.add_middleware(APIKeyGuard, api_key=config.api_key, error=error_response)
     else:

@@ -7,7 +7,6 @@ registers it) and ``python -m agentwarm.server``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
@@ -15,35 +14,15 @@ from agentwarm.engines.base import Engine
 from agentwarm.engines.registry import build_engine
 from agentwarm.server.app import ServerConfig
 from agentwarm.server.run import run_server
-from agentwarm.warmup.keepwarm import load_warmup
+from agentwarm.warmup.options import (
+    KeepWarmOption,
+    ReadyFileOption,
+    RewarmBelowOption,
+    WarmupOption,
+    load_warmup,
+)
 
-__all__ = ("KeepWarmOption", "ReadyFileOption", "RewarmBelowOption", "WarmupOption", "serve")
-
-# The warm-up options of ``agentwarm serve`` and ``agentwarm gateway`` (checked by
-# :func:`~agentwarm.warmup.keepwarm.load_warmup`).
-WarmupOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--warmup",
-        help="Warm-up plan (JSONL, from 'agentwarm warmup plan') to warm once the server is up; "
-        "GET /health/ready answers 503 until it is warm, then 200.",
-    ),
-]
-ReadyFileOption = Annotated[
-    Path | None,
-    typer.Option("--ready-file", help="Written (JSON progress) once the plan is warm."),
-]
-KeepWarmOption = Annotated[
-    float | None,
-    typer.Option("--keep-warm", help="Re-send the plan every S seconds (speculative priority)."),
-]
-RewarmBelowOption = Annotated[
-    float | None,
-    typer.Option(
-        "--rewarm-below",
-        help="Re-warm at once when the live cache hit rate of the last minute is below R (0..1).",
-    ),
-]
+__all__ = ("serve",)
 
 
 def serve(

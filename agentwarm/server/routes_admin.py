@@ -20,22 +20,11 @@ from agentwarm.engines.sglang.protocol import AbortRequest, DetokenizeRequest, T
 from agentwarm.errors import EngineError
 from agentwarm.server.http import HTTPError, engine_error, error_reply, read_json, validate
 from agentwarm.server.state import ServerState, package_version
-from agentwarm.warmup.keepwarm import KeepWarm
+from agentwarm.warmup.options import ready_answer
 
-__all__ = ("AdminRoutes", "ready_response")
+__all__ = ("AdminRoutes",)
 
 log = logging.getLogger(__name__)
-
-
-def ready_response(keep_warm: KeepWarm | None, *, closing: bool = False) -> JSONResponse:
-    """``GET /health/ready`` of a server warming with ``keep_warm`` (``agentwarm serve`` and
-    ``agentwarm gateway``): 200 once its plan is warm, 503 before (and while closing), with
-    the progress as JSON; 200 ``{"ready": true}`` without a warm-up."""
-    body: dict[str, Any] = {"ready": True}
-    if keep_warm is not None and keep_warm.readiness is not None:
-        body = keep_warm.readiness.to_dict()
-    body["ready"] = body["ready"] and not closing
-    return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
 class AdminRoutes:
@@ -96,7 +85,8 @@ class AdminRoutes:
         return Response(status_code=503 if self.state.closing else 200)
 
     async def health_ready(self, request: Request) -> Response:
-        return ready_response(self.state.keep_warm, closing=self.state.closing)
+        status, body = ready_answer(self.state.keep_warm, closing=self.state.closing)
+        return JSONResponse(body, status_code=status)
 
     async def health_generate(self, request: Request) -> Response:
         if self.state.closing:

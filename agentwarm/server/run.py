@@ -25,7 +25,7 @@ from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.security import check_exposure, is_loopback
-from agentwarm.warmup.keepwarm import WarmupSettings
+from agentwarm.warmup.options import WarmupSettings
 
 __all__ = ("bind_socket", "is_loopback", "run_server", "serve_app", "serve_engine", "socket_url")
 

@@ -28,7 +28,8 @@ from agentwarm.engines.tokenizers import QwenTokenizer
 from agentwarm.errors import EngineError
 from agentwarm.server.metrics import ServerMetrics
 from agentwarm.server.security import default_max_request_bytes
-from agentwarm.warmup.keepwarm import KeepWarm, WarmupSettings
+from agentwarm.warmup.keepwarm import KeepWarm
+from agentwarm.warmup.options import WarmupSettings
 
 __all__ = ("InflightTable", "ServerConfig", "ServerState", "package_version")
 

@@ -12,6 +12,8 @@ on request from code (explicit warms).
   (:class:`KeepWarm`, ``--warmup``, ``--keep-warm``, ``--rewarm-below``).
 * :mod:`~agentwarm.warmup.readiness` — whether the plan is warm (:class:`Readiness`,
   ``/health/ready``, ``--ready-file``).
+* :mod:`~agentwarm.warmup.options` — the ``--warmup`` options of ``agentwarm serve`` and
+  ``agentwarm gateway`` and their ``/health/ready`` answer.
 * :mod:`~agentwarm.warmup.explicit` — one warm asked for by code (``agentwarm.warm``; the
   gateway's ``max_tokens: 0`` requests use its span).
 * :mod:`~agentwarm.warmup.debounce` — repeated warms of one session coalesced

@@ -3,18 +3,24 @@
 
 A :class:`Readiness` follows the static warm-up of every worker (the
 :class:`~agentwarm.warmup.warmer.Warmer`'s ``on_prefix`` progress, one running
-:class:`~agentwarm.warmup.warmer.WarmSummary` per worker) and is marked ready by
-:meth:`Readiness.finish` once every worker was warmed. A worker that failed (unreachable, ...)
-does not hold readiness back: its error is reported in :meth:`Readiness.to_dict` (``error``)
-and the server serves, cold on that worker, rather than never.
+:class:`~agentwarm.warmup.warmer.WarmSummary` per worker) and is finished by
+:meth:`Readiness.finish` once every worker's warm-up ended. It is then ready unless **every**
+worker failed before warming anything: a worker that failed (unreachable, ...) while another
+warmed does not hold readiness back (its error is reported in :meth:`Readiness.to_dict`,
+``error``, and the server serves, cold on that worker, rather than never); when none warmed
+anything and all failed, it stays not ready (503) with ``error`` saying why, until a later
+:meth:`Readiness.finish` (a keep-warm round) warms something.
 
-The ready file (for Kubernetes ``exec`` probes: ``test -f PATH``) is removed when a warm-up
-begins (a file left from an earlier run must not say ready) and written atomically when it is
-done, with the JSON of :meth:`Readiness.to_dict`.
+The ready file (for Kubernetes ``exec`` probes: ``test -f PATH``) is written atomically once
+ready, with the JSON of :meth:`Readiness.to_dict` (off the event loop: the write is fsynced),
+and removed when a warm-up begins and by :meth:`Readiness.withdraw` at shutdown (a file left
+from an earlier run must not say ready; :func:`~agentwarm.warmup.options.load_warmup` also
+removes it before the server binds, while the model loads).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Sequence
@@ -44,7 +50,7 @@ class Readiness:
 
     @property
     def ready(self) -> bool:
-        """True once :meth:`finish` ran."""
+        """True once :meth:`finish` found a worker warmed (or none failed)."""
         return self._ready
 
     def begin(self, workers: Sequence[str], prefixes: int) -> None:
@@ -55,31 +61,41 @@ class Readiness:
         self._total = prefixes * len(workers)
         self._workers = {}
         self._order = {worker: i for i, worker in enumerate(workers)}
-        if self.ready_file is not None:
-            try:
-                self.ready_file.unlink(missing_ok=True)
-            except OSError as exc:
-                log.error("cannot remove the stale ready file %s: %s", self.ready_file, exc)
+        self.withdraw()
 
     def update(self, summary: WarmSummary) -> None:
         """A worker's running summary (the warmer's ``on_prefix`` callback)."""
         self._workers[summary.worker] = summary
 
-    def finish(self, summaries: Sequence[WarmSummary], *, error: str | None = None) -> None:
-        """Every worker is warmed (``summaries``: one per worker): ready, and the ready file
-        written. ``error`` reports a failure of the warm-up itself; the workers' own errors are
-        reported with it."""
+    async def finish(self, summaries: Sequence[WarmSummary], *, error: str | None = None) -> None:
+        """The workers' warm-ups ended (``summaries``: one per worker): ready unless every
+        worker failed before warming anything (or ``error``, a failure of the warm-up itself,
+        came with no worker warmed); the ready file written once ready."""
         for summary in summaries:
             self.update(summary)
-        failed = [f"{s.worker}: {s.error}" for s in self._workers.values() if s.error]
-        self._error = "; ".join([*([error] if error else []), *failed]) or None
-        self._ready = True
-        if self.ready_file is not None:
+        workers = list(self._workers.values())
+        failed = [f"{s.worker}: {s.error}" for s in workers if s.error]
+        warmed = any(s.error is None or s.prefixes > 0 for s in workers)
+        self._ready = warmed or (not workers and error is None)
+        reasons = "; ".join([*([error] if error else []), *failed]) or None
+        if not self._ready:
+            reasons = f"no worker could be warmed: {reasons or 'no worker'}"
+        self._error = reasons
+        if self._ready and self.ready_file is not None:
             data = json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
             try:
-                atomic_write(self.ready_file, data.encode("utf-8"))
+                await asyncio.to_thread(atomic_write, self.ready_file, data.encode("utf-8"))
             except OSError as exc:
                 log.error("cannot write the ready file %s: %s", self.ready_file, exc)
+
+    def withdraw(self) -> None:
+        """Remove the ready file, if any (logged when it cannot be)."""
+        if self.ready_file is None:
+            return
+        try:
+            self.ready_file.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("cannot remove the ready file %s: %s", self.ready_file, exc)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"ready", "prefixes" (done: sent or skipped, all workers), "total", "workers":

@@ -4,32 +4,10 @@ a re-prefill of the cached prefix renews its pin. The cache's clock is a fake on
 
 from __future__ import annotations
 
-import asyncio
-import random
-from collections.abc import Callable
-from functools import cache
-from typing import TypeVar
-
 from agentwarm.engines.local import LocalEngine
-from agentwarm.engines.local.model import LoadedModel, load_model
+from tests.warmup.helpers import Clock, cached, prompt, tiny
 
-T = TypeVar("T")
 BUDGET = 100
-
-
-class Clock:
-    """The radix cache's clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@cache
-def tiny() -> LoadedModel:
-    return load_model("tiny", seed=0)
 
 
 def engine_with(clock: Clock, *, pin_ttl_s: float) -> LocalEngine:
@@ -42,22 +20,6 @@ def engine_with(clock: Clock, *, pin_ttl_s: float) -> LocalEngine:
     )
     engine.cache.clock = clock  # before any request: the worker reads it from then on
     return engine
-
-
-def prompt(first: int, n: int) -> list[int]:
-    """``n`` tokens starting with ``first``: prompts with different first tokens share nothing."""
-    rng = random.Random(first)
-    return [first, *(rng.randrange(10, 256) for _ in range(n - 1))]
-
-
-async def on_worker(engine: LocalEngine, fn: Callable[[], T]) -> T:
-    return await asyncio.wrap_future(engine.scheduler.call(fn))
-
-
-async def cached(engine: LocalEngine, ids: list[int]) -> int:
-    """How many leading tokens of ``ids`` the cache holds now (the lookup refreshes their LRU
-    time: the tests make pressure that evicts every unpinned token, whatever the LRU order)."""
-    return await on_worker(engine, lambda: engine.cache.match_prefix("", ids).length)
 
 
 async def test_a_pinned_prefix_survives_pressure_until_its_ttl_passes() -> None:

@@ -1,11 +1,13 @@
 """``agentwarm gateway --warmup PLAN`` in front of two ``agentwarm serve`` workers: every worker is
 warmed (its first live request of the prefix finds it cached), ``/health/ready`` answers 503
-with the progress until both are, then 200, and the ready file holds the same JSON. A plan of
-chat prefixes needs ``--model`` to render them."""
+with the progress until both are — one worker is stopped (SIGSTOP) until the test saw the 503,
+so its warm-up cannot finish before — then 200, and the ready file holds the same JSON. A plan
+of chat prefixes needs ``--model`` to render them."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -22,7 +24,6 @@ from agentwarm.warmup.types import Plan, WarmPrefix, save_plan
 from tests.conftest_server import GatewayProcess, ServeProcess, serve
 from tests.waiting import wait_until
 
-#: 1,500 tokens at 1e-3 s each: each worker's warm-up takes ~1.5 s after the gateway listens.
 IDS = tuple(range(1, 251)) * 6
 
 
@@ -35,6 +36,10 @@ def setup(
     save_plan(Plan((WarmPrefix(input_ids=IDS, tokens=len(IDS)),)), plan)
     with ExitStack() as stack:
         workers = [stack.enter_context(serve("--fake-seconds-per-token", "1e-3")) for _ in range(2)]
+        # The second worker answers nothing (its connections wait in the kernel's backlog)
+        # until the test continues it.
+        os.kill(workers[1].proc.pid, signal.SIGSTOP)
+        stack.callback(os.kill, workers[1].proc.pid, signal.SIGCONT)
         gw = GatewayProcess(
             [
                 *("--upstream", ",".join(w.url for w in workers)),
@@ -53,6 +58,14 @@ def test_every_worker_is_warmed_before_the_gateway_is_ready(
     setup: tuple[GatewayProcess, list[ServeProcess], Path],
 ) -> None:
     gw, workers, ready_file = setup
+    urls = [w.url for w in workers]
+    first = httpx.get(f"{gw.url}/health/ready", timeout=10)
+    assert first.status_code == 503
+    progress = first.json()
+    assert (progress["ready"], progress["total"], progress["error"]) == (False, 2, None)
+    assert urls[1] not in progress["workers"]  # the stopped worker warmed nothing yet
+    os.kill(workers[1].proc.pid, signal.SIGCONT)
+
     answers: list[httpx.Response] = []
 
     def ready() -> bool:
@@ -60,10 +73,8 @@ def test_every_worker_is_warmed_before_the_gateway_is_ready(
         return answers[-1].status_code == 200
 
     wait_until(ready, timeout_s=60, what="the gateway's warm-up to finish")
-    first, done = answers[0], answers[-1].json()
-    assert first.status_code == 503
-    assert (first.json()["ready"], first.json()["total"]) == (False, 2)
-    urls = [w.url for w in workers]
+    done = answers[-1].json()
+    assert done.pop("keep_warm")["hit_rates"] == {}  # keep-warm on; the file holds the rest
     assert (done["ready"], done["prefixes"], done["total"], done["error"]) == (True, 2, 2, None)
     assert list(done["workers"]) == urls
     for url in urls:

@@ -1,51 +1,50 @@
 """KeepWarm: the static warm-up gating readiness, keep-warm rounds re-warming an evicted prefix
-(and renewing its pin) on the embedded engine, re-warms when the live hit rate of a window
-drops below ``rewarm_below`` (exact rates, the warm-ups' own tokens taken out), cancellation,
-and the ``--warmup`` options' checks. The loop's waits are driven by the tests (no sleeps); the
-cache's clock is a fake one."""
+(and renewing its pin) on the embedded engine at fixed times with pins that outlast slow rounds,
+re-warms when the live hit rate of a window drops below ``rewarm_below`` (exact rates, the
+warm-ups' own tokens taken out, live requests served during a round kept in; workers without
+server counters left out), unexpected errors as a worker's failure, cancellation and the ready
+file, and the ``--warmup`` options' checks. The loop's waits and clock are driven by the tests
+(no sleeps); the cache's clock is a fake one."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-from functools import cache
+import json
+import logging
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import EngineStats
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.local import LocalEngine
-from agentwarm.engines.local.model import LoadedModel, load_model
+from agentwarm.engines.sglang.client import SGLangEngine
 from agentwarm.errors import ConfigError
-from agentwarm.warmup.keepwarm import KeepWarm, load_warmup
+from agentwarm.warmup.keepwarm import KeepWarm
+from agentwarm.warmup.options import load_warmup
 from agentwarm.warmup.readiness import Readiness
 from agentwarm.warmup.types import Plan, WarmPrefix, save_plan
-from agentwarm.warmup.warmer import Warmer
+from agentwarm.warmup.warmer import Warmer, WarmSummary
 from tests.waiting import until
-
-
-class Clock:
-    """The radix cache's clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.warmup.helpers import Clock, cached, prompt, tiny
 
 
 class Ticks:
-    """The keep-warm loop's ``wait``: returns when the test says so."""
+    """The keep-warm loop's ``wait`` and ``clock``: a wait returns when the test says so, and
+    moves the clock by what it waited."""
 
     def __init__(self) -> None:
         self.waits: list[float] = []
+        self.clock = Clock()
         self._go: asyncio.Queue[None] = asyncio.Queue()
 
     async def wait(self, seconds: float) -> None:
         self.waits.append(seconds)
         await self._go.get()
+        self.clock.now += seconds
 
     async def tick(self, keep: KeepWarm) -> None:
         """Let one wait end; return once the loop handled that tick."""
@@ -54,25 +53,41 @@ class Ticks:
         await until(lambda: keep.ticks == done, what=f"keep-warm tick {done}")
 
 
-@cache
-def tiny() -> LoadedModel:
-    return load_model("tiny", seed=0)
+class LiveDuringWarm(Warmer):
+    """A warmer whose engine serves a live request (100 of its 110 prompt tokens cached) while
+    each keep-warm round runs (``live``)."""
+
+    live = True
+
+    async def warm(self, plan: Plan, **kwargs: Any) -> WarmSummary:
+        summary = await super().warm(plan, **kwargs)
+        if self.live and kwargs.get("kind") is PrefetchKind.KEEP_WARM:
+            ids = [*range(1, 101), *range(700, 710)]
+            assert (await self.engine.generate(ids, max_tokens=1)).cached_tokens == 100
+        return summary
 
 
-def prompt(first: int, n: int) -> list[int]:
-    """``n`` tokens starting with ``first``: prompts with different first tokens share nothing."""
-    rng = random.Random(first)
-    return [first, *(rng.randrange(10, 256) for _ in range(n - 1))]
+class Scripted(Warmer):
+    """A warmer that records the pin TTLs it is given and takes ``cost`` seconds of ``clock``
+    (or raises ``fail``)."""
+
+    def __init__(self, engine: FakeEngine, clock: Clock, worker: str = "local") -> None:
+        super().__init__(engine, worker=worker)
+        self.clock = clock
+        self.cost = 0.0
+        self.fail: Exception | None = None
+        self.pins: list[float | None] = []
+
+    async def warm(self, plan: Plan, **kwargs: Any) -> WarmSummary:
+        self.pins.append(kwargs.get("pin_ttl_s"))
+        self.clock.now += self.cost
+        if self.fail is not None:
+            raise self.fail
+        return await super().warm(plan, **kwargs)
 
 
 def plan_of(*prefixes: list[int]) -> Plan:
     return Plan(tuple(WarmPrefix(input_ids=tuple(p), tokens=len(p)) for p in prefixes))
-
-
-async def cached(engine: LocalEngine, ids: list[int]) -> int:
-    """How many leading tokens of ``ids`` the cache holds now."""
-    match = engine.scheduler.call(lambda: engine.cache.match_prefix("", ids).length)
-    return await asyncio.wrap_future(match)
 
 
 def stats(prompt_tokens: int, hit_tokens: int) -> EngineStats:
@@ -91,11 +106,11 @@ def stats(prompt_tokens: int, hit_tokens: int) -> EngineStats:
 def test_live_hit_rate_takes_the_warm_ups_own_tokens_out() -> None:
     rate = KeepWarm.live_hit_rate
     # 600 prompt tokens, 300 hits in the window; 200 of them warm-ups, 150 of those hits.
-    assert rate(stats(1000, 400), stats(1600, 700), 200, 50) == 150 / 400
+    assert rate(stats(1000, 400), stats(1600, 700), 200, 150) == 150 / 400
     assert rate(stats(0, 0), stats(110, 100), 0, 0) == 100 / 110
     assert rate(stats(0, 0), stats(300, 0), 0, 0) == 0.0
     # Only warm-ups in the window: no live traffic, no rate.
-    assert rate(stats(500, 100), stats(600, 200), 100, 0) is None
+    assert rate(stats(500, 100), stats(600, 200), 100, 100) is None
     assert rate(stats(500, 100), stats(500, 100), 0, 0) is None
     # The counters went back (a flush, a restart): no rate.
     assert rate(stats(500, 100), stats(50, 10), 0, 0) is None
@@ -113,6 +128,7 @@ async def test_keep_warm_rewarms_an_evicted_prefix_and_renews_its_pin() -> None:
         readiness=Readiness(),
         keep_warm_s=10.0,
         wait=ticks.wait,
+        clock=ticks.clock,
     )
     try:
         keep.start()
@@ -155,7 +171,12 @@ async def test_rewarm_below_rewarms_on_a_low_live_hit_rate_only() -> None:
     prefix = list(range(1, 101))
     ticks = Ticks()
     keep = KeepWarm(
-        plan_of(prefix), {"local": Warmer(engine)}, rewarm_below=0.5, window_s=5.0, wait=ticks.wait
+        plan_of(prefix),
+        {"local": LiveDuringWarm(engine)},
+        rewarm_below=0.5,
+        window_s=5.0,
+        wait=ticks.wait,
+        clock=ticks.clock,
     )
     try:
         keep.start()
@@ -177,11 +198,20 @@ async def test_rewarm_below_rewarms_on_a_low_live_hit_rate_only() -> None:
             (PrefetchKind.STATIC, 100),
             (PrefetchKind.KEEP_WARM, 100),
         ]
-        # The next window holds only that re-warm: no live traffic, no rate, no re-warm.
+        # The next window holds that re-warm (100 prompt tokens, all cached) and the live
+        # request served while it ran (100 of 110 hit): only the live one counts.
+        await ticks.tick(keep)
+        assert keep.hit_rates == {"local": 100 / 110}
+        assert keep.rounds == 1
+        # A window of the re-warms only: no live traffic, no rate, no re-warm.
+        warmer = keep.warmers["local"]
+        assert isinstance(warmer, LiveDuringWarm)
+        warmer.live = False
+        await keep.rewarm()
         await ticks.tick(keep)
         assert keep.hit_rates == {"local": None}
-        assert keep.rounds == 1
-        assert ticks.waits == [5.0, 5.0, 5.0, 5.0]
+        assert keep.rounds == 2
+        assert ticks.waits == [5.0, 5.0, 5.0, 5.0, 5.0]
     finally:
         await keep.aclose()
         await engine.aclose()
@@ -199,6 +229,20 @@ async def test_aclose_aborts_the_warm_up_in_flight() -> None:
     await engine.aclose()
 
 
+async def test_aclose_removes_the_ready_file(tmp_path: Path) -> None:
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    ready_file = tmp_path / "ready.json"
+    keep = KeepWarm(
+        plan_of([1, 2, 3]), {"local": Warmer(engine)}, readiness=Readiness(ready_file=ready_file)
+    )
+    keep.start()
+    await keep.warmed.wait()
+    assert json.loads(ready_file.read_text())["ready"] is True
+    await keep.aclose()
+    assert not ready_file.exists()
+    await engine.aclose()
+
+
 def test_warmup_options_are_checked_before_serving(tmp_path: Path) -> None:
     plan = tmp_path / "plan.jsonl"
     save_plan(plan_of([1, 2, 3]), plan)
@@ -211,8 +255,10 @@ def test_warmup_options_are_checked_before_serving(tmp_path: Path) -> None:
         0.5,
     )
     assert load_warmup(None) is None
-    with pytest.raises(ConfigError, match=r"--keep-warm, --rewarm-below need\(s\) a plan"):
+    with pytest.raises(ConfigError, match="--keep-warm, --rewarm-below need a plan to warm"):
         load_warmup(None, keep_warm_s=30, rewarm_below=0.5)
+    with pytest.raises(ConfigError, match="--ready-file needs a plan to warm: add --warmup PLAN"):
+        load_warmup(None, ready_file=tmp_path / "ready")
     with pytest.raises(ConfigError, match="--keep-warm 0: give the period in seconds"):
         load_warmup(plan, keep_warm_s=0)
     with pytest.raises(ConfigError, match=r"--rewarm-below 1\.5: give a hit rate between 0 and 1"):
@@ -222,3 +268,128 @@ def test_warmup_options_are_checked_before_serving(tmp_path: Path) -> None:
     plan.write_text('{"input_ids": [1]}\n{"input_ids": "x"}\n')
     with pytest.raises(ConfigError, match="line 2"):
         load_warmup(plan)
+
+
+async def test_rounds_keep_their_times_and_pins_outlast_slow_rounds() -> None:
+    ticks = Ticks()
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    warmer = Scripted(engine, ticks.clock)
+    keep = KeepWarm(
+        plan_of([1, 2, 3]), {"local": warmer}, keep_warm_s=10.0, wait=ticks.wait, clock=ticks.clock
+    )
+    try:
+        keep.start()
+        await keep.warmed.wait()
+        warmer.cost = 7.0
+        await ticks.tick(keep)  # at 10: a round of 7 s; the next is due at 20, not 27
+        assert (ticks.clock.now, keep.rounds, keep.last_round_s) == (17.0, 1, 7.0)
+        warmer.cost = 25.0
+        await ticks.tick(keep)  # at 20: a round of 25 s overruns the rounds due at 30 and 40
+        assert (ticks.clock.now, keep.rounds) == (45.0, 2)
+        await ticks.tick(keep)  # at once (overdue), then the next one is due at 50
+        assert (ticks.clock.now, keep.rounds) == (70.0, 3)
+        assert ticks.waits == [10.0, 3.0, 0.0, 0.0]
+        # Pinned for 2 S, or S + twice the last round when rounds are slow.
+        assert warmer.pins == [20.0, 20.0, 24.0, 60.0]
+    finally:
+        await keep.aclose()
+        await engine.aclose()
+
+
+async def test_an_unexpected_error_is_the_worker_s_failure_and_the_others_warm() -> None:
+    clock = Clock()
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    good, bad = Scripted(engine, clock, "http://a"), Scripted(engine, clock, "http://b")
+    bad.fail = RuntimeError("boom")
+    readiness = Readiness()
+    keep = KeepWarm(plan_of([1, 2, 3]), {"http://a": good, "http://b": bad}, readiness=readiness)
+    try:
+        keep.start()
+        await keep.warmed.wait()
+        assert readiness.ready
+        assert readiness.to_dict()["error"] == "http://b: RuntimeError: boom"
+        assert [(s.worker, s.prefixes, s.error) for s in keep.summaries] == [
+            ("http://a", 1, None),
+            ("http://b", 0, "RuntimeError: boom"),
+        ]
+    finally:
+        await keep.aclose()
+        await engine.aclose()
+
+
+async def test_not_ready_until_a_keep_warm_round_warms_a_worker() -> None:
+    ticks = Ticks()
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    warmer = Scripted(engine, ticks.clock)
+    warmer.fail = RuntimeError("boom")
+    readiness = Readiness()
+    keep = KeepWarm(
+        plan_of([1, 2, 3]),
+        {"local": warmer},
+        readiness=readiness,
+        keep_warm_s=10.0,
+        wait=ticks.wait,
+        clock=ticks.clock,
+    )
+    try:
+        keep.start()
+        await keep.warmed.wait()
+        assert not readiness.ready
+        assert (
+            readiness.to_dict()["error"] == "no worker could be warmed: local: RuntimeError: boom"
+        )
+        warmer.fail = None
+        await ticks.tick(keep)
+        assert readiness.ready and readiness.to_dict()["error"] is None
+    finally:
+        await keep.aclose()
+        await engine.aclose()
+
+
+async def test_rewarm_below_skips_a_worker_without_server_counters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A worker whose /metrics has no counters (404 here; SGLang without --enable-metrics).
+    transport = httpx.MockTransport(lambda request: httpx.Response(404))
+    engine = SGLangEngine("http://worker:30000", transport=transport)
+    ticks = Ticks()
+    keep = KeepWarm(
+        plan_of([1, 2, 3]),
+        {"http://worker:30000": Warmer(engine, worker="http://worker:30000")},
+        rewarm_below=0.5,
+        window_s=5.0,
+        wait=ticks.wait,
+        clock=ticks.clock,
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentwarm.warmup.keepwarm"):
+            keep.start()
+            await keep.warmed.wait()
+            await ticks.tick(keep)
+            await ticks.tick(keep)
+        warnings = [r.getMessage() for r in caplog.records if "--rewarm-below" in r.getMessage()]
+        assert len(warnings) == 1
+        assert "--rewarm-below cannot work for http://worker:30000" in warnings[0]
+        assert keep.hit_rates == {}
+        assert keep.rounds == 0
+    finally:
+        await keep.aclose()
+        await engine.aclose()
+
+
+def test_keep_warm_checks_its_schedule_with_config_errors() -> None:
+    warmers = {"local": Warmer(FakeEngine())}
+    with pytest.raises(ConfigError, match="--keep-warm -1: give the period in seconds"):
+        KeepWarm(plan_of([1]), warmers, keep_warm_s=-1)
+    with pytest.raises(ConfigError, match="--rewarm-below 2: give a hit rate between 0 and 1"):
+        KeepWarm(plan_of([1]), warmers, rewarm_below=2)
+    with pytest.raises(ConfigError, match="the re-warm window 0: give it in seconds"):
+        KeepWarm(plan_of([1]), warmers, window_s=0)
+
+
+def test_a_stale_ready_file_is_removed_before_the_server_binds(tmp_path: Path) -> None:
+    plan, ready_file = tmp_path / "plan.jsonl", tmp_path / "ready.json"
+    save_plan(plan_of([1, 2, 3]), plan)
+    ready_file.write_text('{"ready": true}\n')  # left by an earlier run
+    assert load_warmup(plan, ready_file=ready_file) is not None
+    assert not ready_file.exists()
