@@ -100,8 +100,8 @@ def _warm_ups(st: TraceStats) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    table.add_column("kind")
-    for col in ("prefills", "dropped", "failed", "tokens", "written", "read", "read %"):
+    table.add_column("kind", no_wrap=True)
+    for col in ("prefills", "dropped", "failed", "tokens", "written", "already cached", "%"):
         table.add_column(col, justify="right")
     for w in st.warm_ups:
         table.add_row(
@@ -111,16 +111,17 @@ def _warm_ups(st: TraceStats) -> Table:
             str(w.failed),
             str(w.tokens),
             str(w.written_tokens),
-            str(w.read_tokens),
-            pct(w.read_ratio, 1),
+            str(w.already_cached_tokens),
+            pct(w.already_cached_ratio, 1),
         )
     return table
 
 
 def _warm_up_note(st: TraceStats) -> Text:
     out = Text(style="dim")
-    out.append("written: tokens the engine computed for them (cache writes); read: tokens of ")
-    out.append("the completed ones that were cached already (cache reads)\n")
+    out.append("written: tokens the engine computed for them (cache writes); already cached: ")
+    out.append("tokens of the completed ones that were in the cache when the warm-up ran (%: ")
+    out.append("their share of already cached + written; not the live requests' cache reads)\n")
     out.append(f"live requests read {st.cached_tokens}/{st.prompt_tokens} prompt tokens from ")
     out.append("the cache; which warm-up kind each came from is not in the spans")
     return out

@@ -1,6 +1,7 @@
 """What the warm-ups in a trace did: per warm-up kind (:data:`~agentwarm._spec.WARM_UP_KINDS`:
-``static``, ``keep_warm``, ``explicit``), the prefills sent and the tokens they read from the
-cache vs wrote into it, as hosted APIs report cache reads and cache writes.
+``static``, ``keep_warm``, ``explicit``), the prefills sent, the tokens they wrote into the
+cache and those that were already cached when the warm-up ran (not a hosted API's cache-read
+ratio: these are the warm-up's own prefills, not the live requests).
 
 Read from ``agentwarm.prefill`` spans whose kind is a warm-up kind (workflow ``warmup``,
 usually without a run span). Warm-ups are not speculation: they never count as prefetches, in
@@ -12,9 +13,10 @@ Per kind:
 * *prefills*: warm-up prefills sent to an engine (outcome not ``dropped``); *dropped*: skipped
   before sending (over the warm-up's token budget); *failed*: the engine failed them.
 * *tokens*: tokens of the prefixes sent; *written*: tokens the engine computed for them
-  (``agentwarm.prefill.computed_tokens``: KV written into the cache); *read*: tokens of the
-  completed ones (outcome ``hit``) that were cached already (``tokens - computed_tokens``: a
-  keep-warm pass over a cache that held everything reads all and writes nothing).
+  (``agentwarm.prefill.computed_tokens``: KV written into the cache); *already cached*: tokens
+  of the completed ones (outcome ``hit``) that were cached already when the warm-up ran
+  (``tokens - computed_tokens``: a keep-warm pass over a cache that held everything writes
+  nothing, all of it already cached).
 
 What spans cannot say: which live request later read which warmed token. A step span holds its
 ``cached_tokens`` but not the prompt, so the share of live cached tokens that came from each
@@ -38,7 +40,7 @@ _ORDER = (PrefetchKind.STATIC, PrefetchKind.KEEP_WARM, PrefetchKind.EXPLICIT)
 
 
 #: The counters of :class:`WarmUpStats`.
-_COUNTS = ("prefills", "dropped", "failed", "tokens", "written_tokens", "read_tokens")
+_COUNTS = ("prefills", "dropped", "failed", "tokens", "written_tokens", "already_cached_tokens")
 
 
 class SizedPrefill(PrefillLike, Protocol):
@@ -63,14 +65,14 @@ class WarmUpStats:
     failed: int = 0
     tokens: int = 0
     written_tokens: int = 0
-    read_tokens: int = 0
+    already_cached_tokens: int = 0
 
     @property
-    def read_ratio(self) -> float | None:
-        """read / (read + written): the share of the warmed tokens that were cached already;
-        ``None`` when nothing was read or written."""
-        total = self.read_tokens + self.written_tokens
-        return self.read_tokens / total if total else None
+    def already_cached_ratio(self) -> float | None:
+        """already cached / (already cached + written): the share of the warmed tokens that
+        were cached already when the warm-up ran; ``None`` when there were none."""
+        total = self.already_cached_tokens + self.written_tokens
+        return self.already_cached_tokens / total if total else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,8 +82,8 @@ class WarmUpStats:
             "failed": self.failed,
             "tokens": self.tokens,
             "written_tokens": self.written_tokens,
-            "read_tokens": self.read_tokens,
-            "read_ratio": self.read_ratio,
+            "already_cached_tokens": self.already_cached_tokens,
+            "already_cached_ratio": self.already_cached_ratio,
         }
 
 
@@ -101,5 +103,5 @@ def warm_up_stats(prefills: Iterable[SizedPrefill]) -> list[WarmUpStats]:
         c["tokens"] += p.tokens
         c["written_tokens"] += p.computed_tokens
         if p.outcome == PrefetchOutcome.HIT:
-            c["read_tokens"] += max(0, p.tokens - p.computed_tokens)
+            c["already_cached_tokens"] += max(0, p.tokens - p.computed_tokens)
     return [WarmUpStats(kind, **counts[kind]) for kind in _ORDER if kind in counts]

@@ -18,6 +18,10 @@ prefill that fails, is logged and counted (``failed``). Only a bad form (not exa
 ``messages``/``text``/``ids``) raises, at the call. Counters: ``sent``, ``coalesced``,
 ``aborted``, ``failed``, ``dropped`` (pending warms :meth:`Debouncer.aclose` threw away).
 
+Prefixes are rendered and tokenized in a worker thread (an engine's ``encode`` may be a blocking
+HTTP call), by one renderer (``renderer``, else the engine's own:
+:func:`~agentwarm.warmup.explicit.renderer_for`).
+
 ``sleep`` waits out the window (``asyncio.sleep``; tests pass one they release themselves).
 """
 
@@ -32,7 +36,14 @@ from typing import Any
 from agentwarm._spec import PrefetchKind
 from agentwarm.chat import Message
 from agentwarm.engines.base import Engine, new_rid
-from agentwarm.warmup.explicit import DEFAULT_TTL_S, check_form, prefix_ids, warm_ids
+from agentwarm.engines.radix.node import common_len
+from agentwarm.warmup.explicit import (
+    DEFAULT_TTL_S,
+    check_form,
+    prefix_ids,
+    renderer_for,
+    warm_ids,
+)
 from agentwarm.warmup.render import ChatRenderer
 
 __all__ = ("DEFAULT_DELAY_S", "Debouncer")
@@ -56,12 +67,8 @@ class _Sent:
     """A prefill sent for a key and still running."""
 
     rid: str
-    ids: list[int]
+    ids: tuple[int, ...]
     superseded: bool = field(default=False)
-
-
-def _extends(ids: Sequence[int], prefix: Sequence[int]) -> bool:
-    return len(ids) >= len(prefix) and list(ids[: len(prefix)]) == list(prefix)
 
 
 class Debouncer:
@@ -177,14 +184,18 @@ class Debouncer:
 
     async def _send(self, key: str, form: dict[str, Any]) -> None:
         try:
-            ids = prefix_ids(self.engine, renderer=self.renderer, **form)
+            renderer = self.renderer
+            if form["messages"] is not None and renderer is None:
+                renderer = renderer_for(self.engine)  # on the loop: one per engine
+            ids = tuple(await asyncio.to_thread(prefix_ids, self.engine, renderer=renderer, **form))
         except Exception as exc:
             self.failed += 1
             log.warning("warm of %r not sent: %s", key, exc)
             return
         running = self._running.get(key, [])
         for sent in list(running):  # the awaits below let finished ones leave the list
-            if not sent.superseded and not _extends(ids, sent.ids):
+            extended = common_len(sent.ids, ids, 0) == len(sent.ids)  # typing appends
+            if not sent.superseded and not extended:
                 sent.superseded = True
                 self.aborted += 1
                 try:

@@ -10,7 +10,12 @@ priority (live work goes first) and pinned for ``ttl_s`` seconds on engines that
 its pin). Each warm is one ``agentwarm.prefill`` span of workflow :data:`WARMUP_WORKFLOW`,
 source ``explicit`` and kind ``explicit`` (:func:`traced_prefill`, which the gateway's
 ``max_tokens: 0`` requests go through too), ended with outcome ``hit`` (done), ``cancelled``
-(aborted) or ``failed``.
+(aborted) or ``failed``; the static warm-up's prefills use it too (source ``warmup``), and
+:func:`record_dropped` records a prefix skipped before sending.
+
+Rendering and tokenizing run in a worker thread (``asyncio.to_thread``): an engine's ``encode``
+may be a blocking HTTP call (a remote tokenizer). Messages are rendered by one renderer per
+engine (:func:`renderer_for`; its rendered pieces are reused) unless ``renderer`` is given.
 
 :class:`~agentwarm.warmup.debounce.Debouncer` coalesces repeated warms of one session.
 """
@@ -19,24 +24,60 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from agentwarm import telemetry as tm
 from agentwarm._spec import PrefetchKind, PrefetchOutcome
-from agentwarm.chat import Message
+from agentwarm.chat import FALLBACK, ChatTemplate, Message
 from agentwarm.engines.base import Engine, PrefillResult, PrefillStatus, Priority, new_rid
 from agentwarm.errors import ConfigError
 from agentwarm.warmup.render import ChatRenderer
 
-__all__ = ("WARMUP_WORKFLOW", "check_form", "prefix_ids", "traced_prefill", "warm", "warm_ids")
+__all__ = (
+    "WARMUP_WORKFLOW",
+    "check_form",
+    "prefix_ids",
+    "record_dropped",
+    "renderer_for",
+    "traced_prefill",
+    "warm",
+    "warm_ids",
+)
 
 #: The workflow of every warm-up prefill span (warm-ups belong to no workflow run).
 WARMUP_WORKFLOW = "warmup"
 #: The default pin TTL of an explicit warm, in seconds.
 DEFAULT_TTL_S = 30.0
+
+#: One renderer per engine, with the template it was made for (weak: it dies with the engine).
+_RENDERERS: weakref.WeakKeyDictionary[Engine, tuple[ChatTemplate | None, ChatRenderer]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def renderer_for(engine: Engine) -> ChatRenderer:
+    """The renderer of ``engine`` (:meth:`ChatRenderer.for_engine`), one per engine (made again
+    when the engine's chat template changes: a remote engine learns it with its tokenizer). It
+    holds the engine weakly, so the engine can still be collected."""
+    template = engine.chat_template
+    hit = _RENDERERS.get(engine)
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    ref = weakref.ref(engine)
+
+    def encode(text: str) -> list[int]:
+        alive = ref()
+        if alive is None:  # pragma: no cover - the renderer outlived its engine
+            raise ConfigError("warm: the engine of this renderer is gone")
+        return alive.encode(text)
+
+    renderer = ChatRenderer(encode, template or FALLBACK)
+    _RENDERERS[engine] = (template, renderer)
+    return renderer
 
 
 def prefix_ids(
@@ -49,13 +90,14 @@ def prefix_ids(
     renderer: ChatRenderer | None = None,
 ) -> list[int]:
     """The token ids of the prefix given by exactly one of ``messages`` (with ``tools``; rendered
-    by ``renderer``, default :meth:`ChatRenderer.for_engine`), ``text`` or ``ids``.
+    by ``renderer``, default :func:`renderer_for`), ``text`` or ``ids``. Blocking (it may
+    tokenize over HTTP): call it in a thread from async code.
 
     Raises :class:`ConfigError` for a bad form (:func:`check_form`) or a prefix without tokens
     (nothing to warm)."""
     form = check_form(messages=messages, tools=tools, text=text, ids=ids)
     if messages is not None:
-        out = (renderer or ChatRenderer.for_engine(engine)).prefix_ids(messages, tools)
+        out = (renderer or renderer_for(engine)).prefix_ids(messages, tools)
         if not out:
             raise ConfigError(
                 "warm: the messages render to no stable prefix (nothing that every request "
@@ -91,6 +133,43 @@ def check_form(
     return given[0]
 
 
+def _start_span(
+    tokens: int, kind: PrefetchKind, run_id: str, source: str, target: str, tracer: Tracer | None
+) -> Span:
+    return (tracer or tm.get_tracer()).start_span(
+        tm.SPAN_PREFILL,
+        attributes=tm.prefill_attributes(
+            workflow=WARMUP_WORKFLOW,
+            run_id=run_id,
+            source=source,
+            target=target,
+            kind=kind,
+            tokens=tokens,
+        ),
+    )
+
+
+def _end_span(span: Span, outcome: PrefetchOutcome, computed: int) -> None:
+    span.set_attribute(tm.AW_PREFILL_OUTCOME, str(outcome))
+    span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, computed)
+    span.end()
+
+
+def record_dropped(
+    tokens: int,
+    *,
+    kind: PrefetchKind,
+    run_id: str = "",
+    source: str = "warmup",
+    target: str = "prefix",
+    tracer: Tracer | None = None,
+) -> None:
+    """The ``agentwarm.prefill`` span of a warm-up prefix skipped before sending (outcome
+    ``dropped``: over the budget, or nothing to send)."""
+    span = _start_span(tokens, kind, run_id, source, target, tracer)
+    _end_span(span, PrefetchOutcome.DROPPED, 0)
+
+
 async def traced_prefill(
     tokens: int,
     send: Callable[[], Awaitable[PrefillResult]],
@@ -100,20 +179,16 @@ async def traced_prefill(
     session: str | None = None,
     source: str = "explicit",
     target: str = "prefix",
+    run_id: str | None = None,
+    tracer: Tracer | None = None,
 ) -> PrefillResult:
     """``await send()`` (a prefill of ``tokens`` tokens) inside its ``agentwarm.prefill`` span
-    (module docstring). A failure ends the span as ``failed`` and raises; a cancellation calls
-    ``abort`` (best effort), ends it as ``cancelled`` and re-raises."""
-    span = tm.get_tracer().start_span(
-        tm.SPAN_PREFILL,
-        attributes=tm.prefill_attributes(
-            workflow=WARMUP_WORKFLOW,
-            run_id=session or "",
-            source=source,
-            target=target,
-            kind=kind,
-            tokens=tokens,
-        ),
+    (module docstring; its run id is ``run_id``, default the ``session``; ``tracer``: default
+    :func:`agentwarm.telemetry.get_tracer`'s). A failure ends the
+    span as ``failed`` and raises; a cancellation calls ``abort`` (best effort), ends it as
+    ``cancelled`` and re-raises."""
+    span = _start_span(
+        tokens, kind, run_id if run_id is not None else session or "", source, target, tracer
     )
     outcome, computed = PrefetchOutcome.FAILED, 0
     try:
@@ -133,9 +208,7 @@ async def traced_prefill(
         span.set_status(Status(StatusCode.ERROR, str(exc)))
         raise
     finally:
-        span.set_attribute(tm.AW_PREFILL_OUTCOME, str(outcome))
-        span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, computed)
-        span.end()
+        _end_span(span, outcome, computed)
 
 
 async def warm_ids(
@@ -183,15 +256,22 @@ async def warm(
     """Prefill a prefix into ``engine``'s cache now, at speculative priority, and pin it for
     ``ttl_s`` seconds (``None``: the engine's default pin; engines without pins ignore it).
 
-    Give exactly one of ``messages`` (+ ``tools``), ``text`` or ``ids`` (module docstring);
+    Give exactly one of ``messages`` (+ ``tools``), ``text`` or ``ids`` (module docstring;
+    rendered and tokenized in a thread, by ``renderer`` or the engine's own, :func:`renderer_for`);
     ``namespace`` is the cache namespace of the requests that will use it, ``session`` their
     routing key (a multi-worker engine warms the worker the session goes to). Returns the
     engine's :class:`PrefillResult` (``cached_tokens``: what was cached already). Raises
     :class:`ConfigError` for a bad prefix and the engine's error when the prefill fails.
     """
-    prefix = prefix_ids(
-        engine, messages=messages, tools=tools, text=text, ids=ids, renderer=renderer
-    )
+    check_form(messages=messages, tools=tools, text=text, ids=ids)  # a bad form: no thread
+    if ids is not None:
+        prefix = prefix_ids(engine, ids=ids)
+    else:
+        if messages is not None and renderer is None:
+            renderer = renderer_for(engine)  # on the loop: one per engine
+        prefix = await asyncio.to_thread(
+            prefix_ids, engine, messages=messages, tools=tools, text=text, renderer=renderer
+        )
     return await warm_ids(
         engine, prefix, namespace=namespace, session=session, ttl_s=ttl_s, kind=kind
     )

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agentwarm.chat import Message, split_head
+from agentwarm.engines.radix.node import common_len
 from agentwarm.errors import ConfigError
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 from agentwarm.warmup.sources import ChatRecord, Records, read_sources
@@ -184,7 +185,7 @@ def _id_prefixes(ids: Sequence[tuple[int, ...]], least: int) -> list[tuple[tuple
     # sequence another extends is extended by the one after it).
     ends = [a for a, b in itertools.pairwise([*seqs, ()]) if a == b or b[: len(a)] != a]
     # Every prefix two conversations share ends where two neighbours' shared part ends.
-    candidates = {a[: _shared(a, b)] for a, b in itertools.pairwise(ends)}
+    candidates = {a[: common_len(a, b, 0)] for a, b in itertools.pairwise(ends)}
     counted = []
     for prefix in candidates:
         if not prefix:
@@ -201,16 +202,6 @@ def _id_prefixes(ids: Sequence[tuple[int, ...]], least: int) -> list[tuple[tuple
         for i, (prefix, count) in enumerate(counted)
         if not any(longer[: len(prefix)] == prefix for longer, _ in counted[i + 1 :])
     ]
-
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading ids ``a`` and ``b`` have in common."""
-    k = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        k += 1
-    return k
 
 
 def _order_key(prefix: WarmPrefix) -> tuple[float, int, str]:

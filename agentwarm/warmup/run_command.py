@@ -4,6 +4,10 @@ A one-shot command, for a deploy hook, cron or a Kubernetes CronJob ("warm at 06
 morning ramp"); ``--refresh-plan`` re-mines the plan from the last ``--since-hours`` of traces
 first, so the plan follows drift. See :mod:`agentwarm.warmup.warmer` for the budget rule.
 
+``--refresh-plan`` replaces PLAN (atomically) only once the new plan is known to be usable (its
+messages can be rendered for the workers); a window with no request in it (a quiet night)
+keeps PLAN as it is, says so on stderr, and warms it.
+
 Exit codes: 0 every worker warmed; 1 a worker failed (the others were still warmed; the message
 names which); 2 a usage error (bad plan, option or URL); 130 interrupted (Ctrl-C: the
 prefills in flight are aborted).
@@ -15,7 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -30,10 +34,9 @@ from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import Engine
 from agentwarm.engines.sglang import SGLangEngine, check_url
 from agentwarm.errors import ConfigError, EngineError
-from agentwarm.predictors.store import atomic_write
 from agentwarm.redact import redact_credentials
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
-from agentwarm.warmup.types import Plan, load_plan, plan_lines
+from agentwarm.warmup.types import Plan, load_plan, save_plan
 from agentwarm.warmup.warmer import WarmSummary, check_fraction, warm_workers
 
 __all__ = ("Refresh", "refresh_plan", "render_summaries", "run", "served_renderer", "worker_urls")
@@ -106,24 +109,46 @@ class Refresh:
     workflow: Path | None = None
 
 
-def refresh_plan(plan_path: Path, refresh: Refresh, renderer: ChatRenderer | None) -> Plan:
-    """Re-mine the plan (the last ``since_hours`` of ``refresh.sources``) and write it to
-    ``plan_path``, atomically."""
-    from agentwarm.warmup.mine import mine_plan
+def refresh_plan(refresh: Refresh, renderer: ChatRenderer | None) -> Plan | None:
+    """The plan re-mined from the last ``since_hours`` of ``refresh.sources`` (not written:
+    the caller writes it once it is known to be usable); ``None`` when they hold no request
+    in that window."""
+    from agentwarm.warmup.mine import mine_records
+    from agentwarm.warmup.sources import read_sources
 
     if not refresh.sources:
         raise ConfigError("--refresh-plan needs the traces or logs to mine: --from PATH...")
-    plan = mine_plan(
+    records = read_sources(
         refresh.sources,
-        renderer=renderer,
-        top_k=refresh.top_k,
-        min_share=refresh.min_share,
         since_s=refresh.since_hours * 3600.0,
         state_dir=refresh.state,
         workflow=refresh.workflow,
     )
-    atomic_write(plan_path, "".join(line + "\n" for line in plan_lines(plan.prefixes)).encode())
+    if records.total == 0:
+        return None
+    return mine_records(
+        records, renderer=renderer, top_k=refresh.top_k, min_share=refresh.min_share
+    )
+
+
+def _kept_plan(plan_path: Path, refresh: Refresh) -> Plan:
+    """PLAN as it is, when the refresh window held no request (a warning says so)."""
+    window = f"the last {refresh.since_hours:g} hours of {', '.join(map(str, refresh.sources))}"
+    if not plan_path.exists():
+        raise ConfigError(
+            f"--refresh-plan: nothing to mine: no request in {window}, and no plan at "
+            f"{plan_path} to warm instead; give a longer --since-hours or more --from files"
+        )
+    plan = load_plan(plan_path)
+    typer.echo(
+        f"warning: --refresh-plan: no request in {window}; {plan_path} is kept as it is and warmed",
+        err=True,
+    )
     return plan
+
+
+def _engines(labels: Sequence[str], opened: Sequence[object]) -> dict[str, Engine]:
+    return {label: r for label, r in zip(labels, opened, strict=True) if isinstance(r, Engine)}
 
 
 @contextlib.contextmanager
@@ -155,19 +180,17 @@ async def _warm(
 ) -> tuple[Plan, list[WarmSummary]]:
     labels = [redact_credentials(u) for u in urls]
     opened = await asyncio.gather(*(_open(u, model, api_key) for u in urls), return_exceptions=True)
-    engines: dict[str, Engine] = {}
+    engines = _engines(labels, opened)  # every one opened, closed below whatever happens
     failed: dict[str, WarmSummary] = {}
     try:
         for label, result in zip(labels, opened, strict=True):
-            if isinstance(result, Engine):
-                engines[label] = result
-            elif isinstance(result, EngineError):
+            if isinstance(result, EngineError):
                 failed[label] = WarmSummary(
                     worker=label,
                     kind=PrefetchKind.STATIC,
                     error=f"{type(result).__name__}: {result}",
                 )
-            else:
+            elif isinstance(result, BaseException):
                 raise result
         renderer: ChatRenderer | None = None
         problem: ConfigError | None = None
@@ -178,11 +201,15 @@ async def _warm(
                 renderer = await served_renderer(engines)
             except ConfigError as exc:  # a problem only if the plan has messages to render
                 problem = exc
+        mined: Plan | None = None
         if refresh is not None:
-            plan = refresh_plan(plan_path, refresh, renderer)
+            mined = refresh_plan(refresh, renderer)
+            plan = mined if mined is not None else _kept_plan(plan_path, refresh)
         assert plan is not None
         if renderer is None and problem is not None and _needs_renderer(plan):
             raise problem
+        if mined is not None:  # usable: only now does it replace PLAN
+            save_plan(mined, plan_path)
         with _progress(show_progress) as progress:
             tasks = {
                 label: progress.add_task(label, total=len(plan), tokens=0)
@@ -203,8 +230,12 @@ async def _warm(
                 on_prefix=on_prefix,
             )
     finally:
-        for engine in engines.values():
-            await engine.aclose()
+        closed = await asyncio.gather(
+            *(e.aclose() for e in engines.values()), return_exceptions=True
+        )
+        for label, error in zip(engines, closed, strict=True):
+            if isinstance(error, Exception):
+                typer.echo(f"warning: closing {label} failed: {error}", err=True)
     by_label = {s.worker: s for s in warmed} | failed
     return plan, [by_label[label] for label in labels]
 
@@ -230,6 +261,13 @@ def render_summaries(console: Console, plan: Plan, summaries: list[WarmSummary])
             s.error.partition(":")[0] if s.error else "",  # the whole message: on stderr
         )
     console.print(table)
+
+
+def _positive(value: float) -> float:
+    """A Typer callback: ``value`` when it is > 0 (a usage error otherwise)."""
+    if not value > 0:
+        raise typer.BadParameter(f"{value:g} must be > 0")
+    return value
 
 
 def run(
@@ -272,12 +310,20 @@ def run(
         typer.Option("--from", help="Traces or logs to mine (with --refresh-plan; repeatable)."),
     ] = None,
     since_hours: Annotated[
-        float, typer.Option("--since-hours", min=0.0, help="Mine the last N hours only.")
+        float,
+        typer.Option(
+            "--since-hours", callback=_positive, help="Mine the last N hours only (N > 0)."
+        ),
     ] = 24.0,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Most prefixes to keep.")] = 20,
     min_share: Annotated[
         float,
-        typer.Option("--min-share", min=0.0, max=1.0, help="Least share of requests per prefix."),
+        typer.Option(
+            "--min-share",
+            max=1.0,
+            callback=_positive,
+            help="Least share (0, 1] of requests per prefix.",
+        ),
     ] = 0.01,
     state: Annotated[
         Path | None,

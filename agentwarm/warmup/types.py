@@ -31,6 +31,7 @@ from typing import Any
 from agentwarm import _jsonfile
 from agentwarm.chat import Message
 from agentwarm.errors import ConfigError
+from agentwarm.predictors.store import atomic_write
 
 __all__ = ("Plan", "WarmPrefix", "load_plan", "plan_lines", "save_plan")
 
@@ -145,10 +146,11 @@ def plan_lines(prefixes: Iterable[WarmPrefix]) -> list[str]:
 
 
 def save_plan(plan: Plan | Sequence[WarmPrefix], path: Path) -> None:
-    """Write ``plan`` to ``path`` (JSONL, one prefix per line)."""
+    """Write ``plan`` to ``path`` (JSONL, one prefix per line), atomically: a reader (a server
+    loading it, a cron job's next run) sees the old plan or the new one, never part of one."""
     prefixes = plan.prefixes if isinstance(plan, Plan) else tuple(plan)
     lines = plan_lines(prefixes)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    atomic_write(path, "".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def load_plan(path: Path) -> Plan:

@@ -21,7 +21,9 @@ cancellation the request in flight is aborted, then the cancellation goes on.
 **Telemetry.** Every prefix is one ``agentwarm.prefill`` span (workflow ``warmup``, source
 ``warmup``, target the prefix's ``node`` or ``prefix-{i}``, ``kind`` static / keep_warm /
 explicit), ending with outcome ``hit`` (warmed), ``dropped`` (skipped: over the budget or
-nothing to send), ``cancelled`` (aborted) or ``failed``, and the tokens the engine computed.
+nothing to send), ``cancelled`` (aborted) or ``failed``, and the tokens the engine computed:
+the explicit warms' spans (:func:`~agentwarm.warmup.explicit.traced_prefill`,
+:func:`~agentwarm.warmup.explicit.record_dropped`).
 """
 
 from __future__ import annotations
@@ -30,14 +32,14 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import PrefetchKind, PrefetchOutcome
+from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import (
     Engine,
     EngineStats,
@@ -46,7 +48,9 @@ from agentwarm.engines.base import (
     Priority,
     new_rid,
 )
+from agentwarm.engines.radix.node import common_len
 from agentwarm.errors import ConfigError, EngineError, InvalidRequest
+from agentwarm.warmup.explicit import record_dropped, traced_prefill
 from agentwarm.warmup.render import ChatRenderer
 from agentwarm.warmup.types import Plan, WarmPrefix
 
@@ -116,18 +120,6 @@ def check_fraction(fraction: float) -> float:
     return fraction
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of ``a`` and ``b`` (slice comparisons, in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # invariant: a[:lo] == b[:lo]
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 class Warmer:
     """Warms one engine with plans (see the module docstring): ``worker`` labels its summaries,
     ``namespace`` is the cache namespace of its prefills (the live requests' namespace), and
@@ -186,7 +178,7 @@ class Warmer:
         summary = WarmSummary(worker=self.worker, kind=kind)
         started = time.perf_counter()
         run_id = f"warmup.{secrets.token_hex(4)}"
-        sent: list[list[int]] = []
+        sent: list[tuple[int, ...]] = []
         try:
             if budget_tokens is None and budget_fraction is not None:
                 budget_tokens = budget_for(await self.engine.stats(), budget_fraction)
@@ -196,25 +188,21 @@ class Warmer:
                     ids = await asyncio.to_thread(self.ids_of, prefix)
                 else:
                     ids = self.ids_of(prefix)
-                new = len(ids) - max((_common_prefix(ids, s) for s in sent), default=0)
-                attrs = tm.prefill_attributes(
-                    workflow="warmup",
-                    run_id=run_id,
-                    source="warmup",
-                    target=prefix.node or f"prefix-{i}",
-                    kind=kind,
-                    tokens=len(ids),
-                )
-                span = self._tracer.start_span(tm.SPAN_PREFILL, attributes=attrs)
+                new = len(ids) - max((common_len(s, ids, 0) for s in sent), default=0)
+                target = prefix.node or f"prefix-{i}"
                 if not ids or (budget_tokens is not None and summary.tokens + new > budget_tokens):
                     summary.skipped += 1
-                    _end(span, PrefetchOutcome.DROPPED, 0)
+                    record_dropped(
+                        len(ids), kind=kind, run_id=run_id, target=target, tracer=self._tracer
+                    )
                 else:
-                    result = await self._send(span, ids, kind, pin_ttl_s)
+                    result = await self._send(
+                        ids, pin_ttl_s, kind=kind, run_id=run_id, target=target
+                    )
                     if result is None:
                         summary.skipped += 1
                     else:
-                        sent.append(ids)
+                        sent.append(tuple(ids))
                         summary.prefixes += 1
                         summary.tokens += new
                         summary.computed_tokens += result.computed_tokens
@@ -230,54 +218,48 @@ class Warmer:
         return summary
 
     async def _send(
-        self, span: trace.Span, ids: list[int], kind: PrefetchKind, pin_ttl_s: float | None
+        self,
+        ids: list[int],
+        pin_ttl_s: float | None,
+        *,
+        kind: PrefetchKind,
+        run_id: str,
+        target: str,
     ) -> PrefillResult | None:
-        """Prefill ``ids`` under ``span`` (which it ends); ``None``: the worker refused them as
-        invalid. Re-raises the worker's other failures and cancellation (after aborting)."""
+        """Prefill ``ids`` in its span (:func:`traced_prefill`); ``None``: the worker refused them
+        as invalid. Re-raises the worker's other failures and cancellation (after aborting)."""
         params = PrefillParams(
             priority=Priority.SPECULATIVE,
             rid=new_rid(),
             namespace=self.namespace,
             pin_ttl_s=pin_ttl_s,  # None: the engine's default
         )
+
+        def send() -> Awaitable[PrefillResult]:
+            return self.engine.prefill_with(ids, params)
+
         try:
-            result = await self.engine.prefill_with(ids, params)
-        except asyncio.CancelledError:
-            _end(span, PrefetchOutcome.CANCELLED, 0)
-            await asyncio.shield(self._abort(params.rid))
-            raise
+            return await traced_prefill(
+                len(ids),
+                send,
+                abort=lambda: self._abort(params.rid),
+                kind=kind,
+                run_id=run_id,
+                source="warmup",
+                target=target,
+                tracer=self._tracer,
+            )
         except InvalidRequest as exc:
             log.warning(
                 "warm-up of %s: a prefix of %d tokens refused (%s)", self.worker, len(ids), exc
             )
-            _end(span, PrefetchOutcome.FAILED, 0, exc)
             return None
-        except EngineError as exc:
-            _end(span, PrefetchOutcome.FAILED, 0, exc)
-            raise
-        outcome = PrefetchOutcome.HIT if result.done else PrefetchOutcome.CANCELLED
-        _end(span, outcome, result.computed_tokens)
-        return result
 
     async def _abort(self, rid: str) -> None:
         try:
             await self.engine.abort(rid)
         except EngineError as exc:  # the worker is gone: nothing left to abort
             log.debug("abort of warm-up prefill %s on %s failed: %s", rid, self.worker, exc)
-
-
-def _end(
-    span: trace.Span,
-    outcome: PrefetchOutcome,
-    computed: int,
-    exc: BaseException | None = None,
-) -> None:
-    span.set_attribute(tm.AW_PREFILL_OUTCOME, str(outcome))
-    span.set_attribute(tm.AW_PREFILL_COMPUTED_TOKENS, computed)
-    if exc is not None:
-        span.record_exception(exc)
-        span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-    span.end()
 
 
 async def warm_workers(

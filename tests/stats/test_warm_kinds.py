@@ -1,6 +1,7 @@
 """``agentwarm stats`` over traces that hold warm-up prefills (kinds static, keep_warm, explicit;
 workflow ``warmup``; no run span): read without a problem, kept out of the prefetch figures,
-and reported per kind as cache writes (computed tokens) vs reads (tokens already cached)."""
+and reported per kind as cache writes (computed tokens) vs tokens already cached when the
+warm-up ran (named so, not "read": they are no live request's cache reads)."""
 
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ STATIC = {
     "failed": 0,
     "tokens": 180,
     "written_tokens": 130,
-    "read_tokens": 50,
-    "read_ratio": 50 / 180,
+    "already_cached_tokens": 50,
+    "already_cached_ratio": 50 / 180,
 }
 KEEP_WARM = {
     "kind": "keep_warm",
@@ -85,8 +86,8 @@ KEEP_WARM = {
     "failed": 1,
     "tokens": 240,
     "written_tokens": 20,
-    "read_tokens": 160,
-    "read_ratio": 160 / 180,
+    "already_cached_tokens": 160,
+    "already_cached_ratio": 160 / 180,
 }
 EXPLICIT = {
     "kind": "explicit",
@@ -95,8 +96,8 @@ EXPLICIT = {
     "failed": 0,
     "tokens": 52,
     "written_tokens": 12,
-    "read_tokens": 10,
-    "read_ratio": 10 / 22,
+    "already_cached_tokens": 10,
+    "already_cached_ratio": 10 / 22,
 }
 
 
@@ -139,6 +140,20 @@ def test_a_trace_of_warm_ups_alone_is_read_without_error(tmp_path: Path) -> None
     assert cells == ["keep_warm", "3", "0", "1", "240", "20", "160", "88.9%"]
     assert "Branches" not in text.stdout  # no run: only the warm-ups are shown
     shown = " ".join(text.stdout.split())
+    header = [line for line in text.stdout.splitlines() if "┃" in line]
+    cells_of = [[w.strip() for w in h.split("┃")[1:-1]] for h in header]
+    columns = [" ".join(c) for c in zip(*cells_of, strict=True)]
+    assert [c.strip() for c in columns] == [
+        "kind",
+        "prefills",
+        "dropped",
+        "failed",
+        "tokens",
+        "written",
+        "already cached",
+        "%",
+    ]
+    assert "already cached: tokens of the completed ones that were in the cache when" in shown
     assert "live requests read 0/0 prompt tokens from the cache; which warm-up kind" in shown
 
 
@@ -162,6 +177,6 @@ async def test_spans_of_real_explicit_warms_are_counted(tmp_path: Path) -> None:
         "failed": 0,
         "tokens": total,
         "written_tokens": len(ids) + extra,
-        "read_tokens": len(ids),
-        "read_ratio": len(ids) / total,
+        "already_cached_tokens": len(ids),
+        "already_cached_ratio": len(ids) / total,
     }

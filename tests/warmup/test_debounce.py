@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import pytest
 
 import agentwarm
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.errors import ConfigError
+from agentwarm.warmup.explicit import renderer_for
 from tests.waiting import until
 from tests.warmup.gate_engine import GateEngine
 
@@ -185,3 +187,28 @@ async def test_the_latest_prefix_is_cached_on_a_real_engine() -> None:
         )
         live = await engine.generate([*ids, *engine.encode(" to Monday")], session="s1")
         assert live.cached_tokens == len(ids)
+
+
+class ThreadEngine(GateEngine):
+    """A GateEngine whose ``encode`` records the thread it runs in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encode_threads: set[int] = set()
+
+    def encode(self, text: str) -> list[int]:
+        self.encode_threads.add(threading.get_ident())
+        return super().encode(text)
+
+
+async def test_prefixes_are_rendered_off_the_event_loop_by_one_renderer() -> None:
+    engine, windows = ThreadEngine(), Windows()
+    d = debouncer(engine, windows)
+    system = {"role": "system", "content": "You are the airline's booking agent."}
+    d.warm("s1", messages=[system, {"role": "user", "content": "I want"}])
+    d.warm("s2", text="The user is typing")
+    await windows.end(2)
+    await d.flush()
+    assert d.counts() == {"sent": 2, "coalesced": 0, "aborted": 0, "failed": 0, "dropped": 0}
+    assert engine.encode_threads and threading.get_ident() not in engine.encode_threads
+    assert renderer_for(engine)._pieces  # the engine's one renderer rendered the messages

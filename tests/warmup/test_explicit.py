@@ -4,6 +4,7 @@ request it sends, its ``explicit`` span, and its errors."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from agentwarm.errors import ConfigError, EngineUnavailable
 from agentwarm.gateway.learner import Learner
 from agentwarm.gateway.prompts import Renderer
 from agentwarm.gateway.types import ChatCall
+from agentwarm.warmup.explicit import renderer_for
 from agentwarm.warmup.render import ChatRenderer
 from tests.waiting import until
 from tests.warmup.gate_engine import GateEngine
@@ -193,3 +195,37 @@ async def test_the_gateways_warm_requests_are_explicit_warms(tmp_path: Path) -> 
     assert attrs[tm.AW_PREFILL_TOKENS] == attrs[tm.AW_PREFILL_COMPUTED_TOKENS] == len(ids)
     assert attrs[tm.AW_PREFILL_OUTCOME] == "hit"
     await learner.aclose()
+
+
+class ThreadEngine(GateEngine):
+    """A GateEngine whose ``encode`` records the thread it runs in (a remote tokenizer's
+    ``encode`` is a blocking HTTP call: it must not run on the event loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encode_threads: set[int] = set()
+
+    def encode(self, text: str) -> list[int]:
+        self.encode_threads.add(threading.get_ident())
+        return super().encode(text)
+
+
+async def test_rendering_and_tokenizing_run_off_the_event_loop() -> None:
+    engine = ThreadEngine()
+    user = {"role": "user", "content": "I need to fly to Lisbon on Friday."}
+    await agentwarm.warm(engine, messages=[SYSTEM, user], tools=TOOLS)
+    await agentwarm.warm(engine, text="A document was uploaded.")
+    assert len(engine.calls) == 2
+    assert engine.encode_threads and threading.get_ident() not in engine.encode_threads
+
+
+async def test_one_renderer_per_engine_until_its_template_changes() -> None:
+    engine, other = GateEngine(), GateEngine()
+    first = renderer_for(engine)
+    assert renderer_for(engine) is first and renderer_for(other) is not first
+    await agentwarm.warm(engine, messages=[SYSTEM])
+    assert renderer_for(engine) is first  # warm() used it: its rendered pieces are reused
+    assert first._pieces  # the pieces it rendered for the warm
+    engine.chat_template = FALLBACK  # a remote engine learns its template with its tokenizer
+    assert renderer_for(engine) is not first
+    assert renderer_for(engine).template is FALLBACK

@@ -4,6 +4,7 @@ worker finds the warmed prefix cached, token for token."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,11 +21,13 @@ import pytest
 from typer.testing import CliRunner
 
 from agentwarm.cli import app
+from agentwarm.engines.base import Engine
 from agentwarm.engines.sglang import SGLangEngine
 from agentwarm.errors import ConfigError
-from agentwarm.warmup import Plan, WarmPrefix, load_chat_renderer, load_plan, save_plan
-from agentwarm.warmup.run_command import served_renderer
+from agentwarm.warmup import Plan, WarmPrefix, load_chat_renderer, load_plan, run_command, save_plan
+from agentwarm.warmup.run_command import Refresh, served_renderer
 from tests.conftest_server import ROOT, ServeProcess, free_port
+from tests.warmup.gate_engine import GateEngine
 
 KEY = "warm-secret"
 MESSAGES = (
@@ -198,3 +201,131 @@ async def test_a_served_model_not_known_here_asks_for_model() -> None:
     async with known:
         renderer = await served_renderer({"w": known})
     assert renderer.prefix_ids(MESSAGES) == load_chat_renderer("tiny").prefix_ids(MESSAGES)
+
+
+class Closing(GateEngine):
+    """A worker opened by the command: it records that the command closed it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _warm_args(plan_path: Path, plan: Plan | None, refresh: Refresh | None = None) -> Any:
+    return {
+        "plan_path": plan_path,
+        "plan": plan,
+        "model": None,
+        "api_key": None,
+        "budget_fraction": 0.5,
+        "show_progress": False,
+        "refresh": refresh,
+    }
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_every_opened_worker_is_closed_when_another_fails_unexpectedly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failing: int
+) -> None:
+    urls = ["http://a:1", "http://b:2"]
+    opened: list[Closing] = []
+
+    async def fake_open(url: str, model: str | None, api_key: str | None) -> Engine:
+        if url == urls[failing]:
+            raise RuntimeError("not an engine error")
+        opened.append(Closing())
+        return opened[-1]
+
+    monkeypatch.setattr(run_command, "_open", fake_open)
+    plan = Plan((WarmPrefix(input_ids=(1, 2)),))
+    with pytest.raises(RuntimeError, match="not an engine error"):
+        asyncio.run(run_command._warm(urls, **_warm_args(tmp_path / "p.jsonl", plan)))
+    assert len(opened) == 1 and opened[0].closed and opened[0].calls == []
+
+
+def request_log(path: Path, when: float, n: int = 3) -> Path:
+    system = {"role": "system", "content": "You are the airline's booking agent. Be brief."}
+    lines = [
+        {"messages": [system, {"role": "user", "content": f"question {i}"}], "time": when}
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_a_quiet_window_keeps_the_plan_warns_and_still_warms(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = request_log(tmp_path / "requests.jsonl", time.time() - 48 * 3600)  # none in the window
+    plan = tmp_path / "plan.jsonl"
+    save_plan(Plan((WarmPrefix(input_ids=(1, 2, 3)),)), plan)
+    before = plan.read_bytes()
+    workers: list[Closing] = []
+
+    async def fake_open(url: str, model: str | None, api_key: str | None) -> Engine:
+        workers.append(Closing())
+        return workers[-1]
+
+    monkeypatch.setattr(run_command, "_open", fake_open)
+    args = ["--refresh-plan", "--from", str(log), "--since-hours", "1"]
+    result = CliRunner().invoke(
+        app, ["warmup", "run", str(plan), "--engine", "http://a:1", "--json", *args]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"warning: --refresh-plan: no request in the last 1 hours of {log}" in result.stderr
+    assert f"{plan} is kept as it is and warmed" in " ".join(result.stderr.split())
+    assert plan.read_bytes() == before
+    ((worker,),) = [workers]
+    assert [ids for ids, _ in worker.calls] == [[1, 2, 3]] and worker.closed
+    assert json.loads(result.stdout)["workers"][0]["prefixes"] == 1
+
+    plan.unlink()  # no plan to fall back on: the usage error says what to do
+    missing = CliRunner().invoke(app, ["warmup", "run", str(plan), "--engine", "http://a:1", *args])
+    assert isinstance(missing.exception, ConfigError)
+    assert "nothing to mine" in str(missing.exception) and not plan.exists()
+
+
+def test_a_refreshed_plan_that_cannot_be_rendered_does_not_replace_the_plan(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = request_log(tmp_path / "requests.jsonl", time.time())
+    plan = tmp_path / "plan.jsonl"
+    save_plan(Plan((WarmPrefix(input_ids=(1, 2, 3)),)), plan)
+    before = plan.read_bytes()
+    unknown = httpx.MockTransport(
+        lambda _: httpx.Response(200, json={"model_path": "org/remote-model"})
+    )
+
+    async def fake_open(url: str, model: str | None, api_key: str | None) -> Engine:
+        return SGLangEngine(url, tokenizer="byte", transport=unknown)
+
+    monkeypatch.setattr(run_command, "_open", fake_open)
+    args = ["--refresh-plan", "--from", str(log), "--min-share", "0.5"]
+    result = CliRunner().invoke(app, ["warmup", "run", str(plan), "--engine", "http://a:1", *args])
+    assert isinstance(result.exception, ConfigError), result.output
+    assert "pass --model" in str(result.exception)
+    assert plan.read_bytes() == before  # validated first: PLAN untouched
+
+
+@pytest.mark.parametrize("option", ["--since-hours", "--min-share"])
+def test_a_window_or_share_of_zero_is_a_usage_error(tmp_path: Path, option: str) -> None:
+    plan = tmp_path / "plan.jsonl"
+    save_plan(Plan((WarmPrefix(input_ids=(1, 2)),)), plan)
+    result = CliRunner().invoke(
+        app, ["warmup", "run", str(plan), "--engine", "http://a:1", option, "0"]
+    )
+    assert result.exit_code == 2
+    assert option in result.stderr and "0 must be > 0" in result.stderr
+
+
+def test_save_plan_replaces_the_file_atomically(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.jsonl"
+    save_plan(Plan((WarmPrefix(input_ids=(1, 2)),)), plan)
+    with plan.open("rb") as reader:  # a reader of the old plan (a server loading it)
+        save_plan(Plan((WarmPrefix(input_ids=(7, 8, 9)),)), plan)
+        assert json.loads(reader.read())["input_ids"] == [1, 2]  # never a half-written file
+    assert [p.input_ids for p in load_plan(plan).prefixes] == [(7, 8, 9)]
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.jsonl"]  # no temporary left

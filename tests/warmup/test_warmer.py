@@ -11,17 +11,20 @@ from functools import cache
 from typing import Any
 
 import pytest
+from opentelemetry.trace import StatusCode
 
+import agentwarm
 from agentwarm import telemetry as tm
 from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import EngineStats
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.sglang import SGLangEngine
-from agentwarm.errors import ConfigError
+from agentwarm.errors import ConfigError, EngineUnavailable
 from agentwarm.warmup import Plan, WarmPrefix
 from agentwarm.warmup.warmer import Warmer, WarmSummary, budget_for, warm_workers
 from tests.conftest_server import free_port
 from tests.waiting import until
+from tests.warmup.gate_engine import GateEngine
 
 MESSAGES = (
     {"role": "system", "content": "You are the airline's booking agent. Be brief and exact."},
@@ -226,3 +229,22 @@ async def test_every_prefix_is_one_prefill_span_of_its_kind(local: Any) -> None:
     ]
     run_ids = {(s.attributes or {})[tm.AW_RUN_ID] for s in spans}
     assert len(run_ids) == 1 and str(next(iter(run_ids))).startswith("warmup.")
+
+
+async def test_a_warm_up_span_is_ended_as_an_explicit_warms_is() -> None:
+    """One way to end a warm-up prefill span (``traced_prefill``): a failed prefill's span says
+    ``failed``, with the error recorded, as an explicit warm's does."""
+    plan = Plan((WarmPrefix(input_ids=(1, 2, 3)),))
+    with tm.capture_spans() as exporter:
+        summary = await Warmer(GateEngine(fail=True)).warm(plan, budget_fraction=None)
+        with pytest.raises(EngineUnavailable):
+            await agentwarm.warm(GateEngine(fail=True), ids=[1, 2, 3])
+    assert summary.error == "EngineUnavailable: the test engine is down"
+    warm_up, explicit = exporter.get_finished_spans()
+    for span in (warm_up, explicit):
+        attrs = span.attributes or {}
+        assert (attrs[tm.AW_PREFILL_OUTCOME], attrs[tm.AW_PREFILL_COMPUTED_TOKENS]) == ("failed", 0)
+        assert span.status.status_code is StatusCode.ERROR
+        assert [e.name for e in span.events] == ["exception"]
+    assert set(warm_up.attributes or {}) == set(explicit.attributes or {})
+    assert (warm_up.attributes or {})[tm.AW_PREFILL_SOURCE] == "warmup"
