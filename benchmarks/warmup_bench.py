@@ -275,6 +275,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             top_k=args.top_k,
             concurrency=args.concurrency,
         )
+        # a long run's finished workloads show even if it is stopped before the end
+        table = render_workload(workload.name, out["workloads"][workload.name], args.concurrency)
+        _progress("\n" + "\n".join(table))
     out["elapsed_s"] = time.perf_counter() - t0
     return out
 
@@ -291,6 +294,46 @@ def _arrival(concurrency: int) -> str:
     return "one after another" if concurrency == 1 else f"up to {concurrency} in flight"
 
 
+def render_workload(name: str, w: dict[str, Any], concurrency: int) -> list[str]:
+    """One workload's table and goal lines (:func:`run_workload`'s figures)."""
+    lines = [
+        f"### {name}: first {w['requests']} requests of {w['test_conversations']} test "
+        f"conversations (round-robin, {_arrival(concurrency)}); plan of {len(w['plan'])} "
+        f"prefixes mined from {w['train_requests']} train requests in {w['mine_s']:.1f} s; "
+        f"small cache {w['small_cache_tokens']} tokens for {w['distinct_tokens']} distinct ones"
+        + (" (it holds them all)" if w["small_cache_fits_all"] else ""),
+        "",
+        "| mode | TTFT p50 | p95 | p99 | mean | hit ratio | warm-up s | warm-up tokens "
+        "(computed) | rewarms (computed tokens) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, m in w["modes"].items():
+        warm = m["warmup"]
+        lines.append(
+            f"| {mode} | {_ms(m['ttft_p50_s'])} | {_ms(m['ttft_p95_s'])} | "
+            f"{_ms(m['ttft_p99_s'])} | {_ms(m['ttft_mean_s'])} | {_pct(m['hit_ratio'])} | "
+            + (
+                f"{warm['seconds']:.2f} | {warm['tokens']} ({warm['computed_tokens']}) | "
+                if warm
+                else "- | - | "
+            )
+            + (f"{m['rewarms']} ({m['rewarm_computed_tokens']}) |" if m["rewarms"] else "- |")
+        )
+    lines.append("")
+    for key, label, unit in (
+        ("p50_ratio", "p50 TTFT cold/warm", "x"),
+        ("p99_ratio", "p99 TTFT cold/warm", "x"),
+        ("hit_gap_points", "hit ratio keepwarm_unbounded - keepwarm_small", " points"),
+    ):
+        g = w["goals"][key]
+        op = ">=" if g["at_least"] else "<="
+        value = "-" if g["value"] is None else f"{g['value']:.2f}{unit}"
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[g["met"]]
+        lines.append(f"- goal {label} {op} {g['goal']:g}{unit}: {verdict} ({value})")
+    lines.append("")
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     """The report (:func:`measure`) as markdown tables and goal lines."""
     lines = [
@@ -299,44 +342,7 @@ def render(report: dict[str, Any]) -> str:
         "",
     ]
     for name, w in report["workloads"].items():
-        lines.append(
-            f"### {name}: first {w['requests']} requests of {w['test_conversations']} test "
-            f"conversations (round-robin, {_arrival(report['concurrency'])}); plan of "
-            f"{len(w['plan'])} prefixes mined from {w['train_requests']} train requests in "
-            f"{w['mine_s']:.1f} s; small cache "
-            f"{w['small_cache_tokens']} tokens for {w['distinct_tokens']} distinct ones"
-            + (" (it holds them all)" if w["small_cache_fits_all"] else "")
-        )
-        lines.append("")
-        lines.append(
-            "| mode | TTFT p50 | p95 | p99 | mean | hit ratio | warm-up s | warm-up tokens "
-            "(computed) | rewarms (computed tokens) |"
-        )
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for mode, m in w["modes"].items():
-            warm = m["warmup"]
-            lines.append(
-                f"| {mode} | {_ms(m['ttft_p50_s'])} | {_ms(m['ttft_p95_s'])} | "
-                f"{_ms(m['ttft_p99_s'])} | {_ms(m['ttft_mean_s'])} | {_pct(m['hit_ratio'])} | "
-                + (
-                    f"{warm['seconds']:.2f} | {warm['tokens']} ({warm['computed_tokens']}) | "
-                    if warm
-                    else "- | - | "
-                )
-                + (f"{m['rewarms']} ({m['rewarm_computed_tokens']}) |" if m["rewarms"] else "- |")
-            )
-        lines.append("")
-        for key, label, unit in (
-            ("p50_ratio", "p50 TTFT cold/warm", "x"),
-            ("p99_ratio", "p99 TTFT cold/warm", "x"),
-            ("hit_gap_points", "hit ratio keepwarm_unbounded - keepwarm_small", " points"),
-        ):
-            g = w["goals"][key]
-            op = ">=" if g["at_least"] else "<="
-            value = "-" if g["value"] is None else f"{g['value']:.2f}{unit}"
-            verdict = {True: "met", False: "MISSED", None: "not measured"}[g["met"]]
-            lines.append(f"- goal {label} {op} {g['goal']:g}{unit}: {verdict} ({value})")
-        lines.append("")
+        lines.extend(render_workload(name, w, report["concurrency"]))
     lines.append(f"elapsed {report['elapsed_s']:.0f} s")
     return "\n".join(lines)
 
