@@ -190,7 +190,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         return build_replay(
             args.file,
             layout,
-            encode=renderer_for(engine).tokenizer.encode,
+            encode=renderer_for(engine).chat.encode,
             sizes=prof.sizes,
             think=think,
             warmup_think=warmup_think,

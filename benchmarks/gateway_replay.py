@@ -40,6 +40,7 @@ from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.run import bind_socket
+from agentwarm.warmup.render import ChatRenderer
 
 __all__ = (
     "KINDS",
@@ -91,7 +92,7 @@ def renderer_for(spec: EngineSpec) -> Renderer:
     """The token ids and chat template the upstream renders with: the fake engine's bytes and
     the fallback template, else the model's (:func:`~agentwarm.gateway.prompts.load_renderer`)."""
     if spec.kind == "fake":
-        return Renderer(ByteTokenizer(), FALLBACK)
+        return Renderer(ChatRenderer(ByteTokenizer().encode, FALLBACK))
     return load_renderer(spec.model)
 
 

@@ -60,7 +60,13 @@ def test_attribute_keys_are_pinned() -> None:
 def test_outcome_and_kind_values_are_pinned() -> None:
     # The strings of JSON output, trace files and metric attributes.
     assert [str(o) for o in PrefetchOutcome] == ["hit", "wasted", "cancelled", "failed", "dropped"]
-    assert [str(k) for k in PrefetchKind] == ["speculative", "confirmed"]
+    assert [str(k) for k in PrefetchKind] == [
+        "speculative",
+        "confirmed",
+        "static",
+        "keep_warm",
+        "explicit",
+    ]
     assert [str(o) for o in StepOutcome] == ["hit", "miss", "none"]
     assert json.dumps([PrefetchOutcome.DROPPED, StepOutcome.NONE]) == '["dropped", "none"]'
     attrs = tm.step_attributes(
