@@ -13,7 +13,9 @@ A **plan** is a JSONL file, one prefix per line, most valuable first::
   two.
 * ``share``: the fraction (0..1] of the mined requests that start with this prefix; ``tokens``:
   its length in tokens when it was mined; ``count``: how many mined requests start with it;
-  ``node`` (optional): the node (request head) it belongs to, for people reading the plan.
+  ``node`` (optional): the node (request head) it belongs to, for people reading the plan;
+  ``namespace`` (optional): the cache namespace to warm it in (a tenant's ``cache_salt``),
+  else the warmer's.
 
 Plans are reviewable text: :func:`save_plan` writes keys in a fixed order, one line per prefix,
 and :func:`load_plan` names the file, line and field of anything wrong.
@@ -47,6 +49,9 @@ class WarmPrefix:
     tokens: int = 0
     count: int = 1
     node: str | None = None
+    #: The cache namespace to warm it in (SGLang's ``cache_salt``; a tenant's): ``None`` is the
+    #: warmer's own (the live requests' namespace, ``""`` by default).
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.input_ids is None):
@@ -77,6 +82,8 @@ class WarmPrefix:
         out["count"] = self.count
         if self.node is not None:
             out["node"] = self.node
+        if self.namespace is not None:
+            out["namespace"] = self.namespace
         return out
 
     @classmethod
@@ -110,6 +117,9 @@ class WarmPrefix:
             if not isinstance(number, int) or isinstance(number, bool):
                 raise ValueError(f"{name!r} must be an integer")
         node = data.get("node")
+        namespace = data.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise ValueError("'namespace' must be a string (the cache namespace to warm it in)")
         if node is not None and not isinstance(node, str):
             raise ValueError("'node' must be a string")
         return cls(
@@ -120,6 +130,7 @@ class WarmPrefix:
             tokens=tokens,
             count=count,
             node=node,
+            namespace=namespace,
         )
 
 

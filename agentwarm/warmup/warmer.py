@@ -122,7 +122,8 @@ def check_fraction(fraction: float) -> float:
 
 class Warmer:
     """Warms one engine with plans (see the module docstring): ``worker`` labels its summaries,
-    ``namespace`` is the cache namespace of its prefills (the live requests' namespace), and
+    ``namespace`` is the cache namespace of its prefills (the live requests' namespace; a
+    prefix's own ``namespace`` wins), and
     ``renderer`` renders ``messages`` prefixes (default: :meth:`ChatRenderer.for_engine`)."""
 
     def __init__(
@@ -178,7 +179,7 @@ class Warmer:
         summary = WarmSummary(worker=self.worker, kind=kind)
         started = time.perf_counter()
         run_id = f"warmup.{secrets.token_hex(4)}"
-        sent: list[tuple[int, ...]] = []
+        sent: list[tuple[str, tuple[int, ...]]] = []  # (namespace, ids): caches are per namespace
         try:
             if budget_tokens is None and budget_fraction is not None:
                 budget_tokens = budget_for(await self.engine.stats(), budget_fraction)
@@ -188,7 +189,9 @@ class Warmer:
                     ids = await asyncio.to_thread(self.ids_of, prefix)
                 else:
                     ids = self.ids_of(prefix)
-                new = len(ids) - max((common_len(s, ids, 0) for s in sent), default=0)
+                namespace = self.namespace if prefix.namespace is None else prefix.namespace
+                shared = (common_len(s, ids, 0) for n, s in sent if n == namespace)
+                new = len(ids) - max(shared, default=0)
                 target = prefix.node or f"prefix-{i}"
                 if not ids or (budget_tokens is not None and summary.tokens + new > budget_tokens):
                     summary.skipped += 1
@@ -197,12 +200,12 @@ class Warmer:
                     )
                 else:
                     result = await self._send(
-                        ids, pin_ttl_s, kind=kind, run_id=run_id, target=target
+                        ids, pin_ttl_s, kind=kind, run_id=run_id, target=target, namespace=namespace
                     )
                     if result is None:
                         summary.skipped += 1
                     else:
-                        sent.append(tuple(ids))
+                        sent.append((namespace, tuple(ids)))
                         summary.prefixes += 1
                         summary.tokens += new
                         summary.computed_tokens += result.computed_tokens
@@ -225,13 +228,14 @@ class Warmer:
         kind: PrefetchKind,
         run_id: str,
         target: str,
+        namespace: str,
     ) -> PrefillResult | None:
         """Prefill ``ids`` in its span (:func:`traced_prefill`); ``None``: the worker refused them
         as invalid. Re-raises the worker's other failures and cancellation (after aborting)."""
         params = PrefillParams(
             priority=Priority.SPECULATIVE,
             rid=new_rid(),
-            namespace=self.namespace,
+            namespace=namespace,
             pin_ttl_s=pin_ttl_s,  # None: the engine's default
         )
 

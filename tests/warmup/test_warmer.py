@@ -105,6 +105,23 @@ async def test_the_budget_skips_the_prefix_that_does_not_fit() -> None:
         assert (small.budget_tokens, small.prefixes, small.skipped, small.tokens) == (15, 1, 3, 10)
 
 
+async def test_a_prefix_is_warmed_in_its_own_namespace() -> None:
+    """A plan line's ``namespace`` (a tenant's cache salt) is where it is warmed; tokens of two
+    namespaces are two caches, so the budget counts them twice."""
+    a = ids(1000, 40)
+    plan = Plan((WarmPrefix(input_ids=a, namespace="tenant-a"), WarmPrefix(input_ids=a[:30])))
+    assert WarmPrefix.from_json(plan.prefixes[0].to_json()) == plan.prefixes[0]
+    async with _local() as engine:
+        summary = await Warmer(engine, namespace="default").warm(plan, budget_tokens=70)
+        assert (summary.prefixes, summary.tokens, summary.computed_tokens) == (2, 70, 70)
+        live = await engine.generate([*a, 7], max_tokens=1, namespace="tenant-a")
+        assert live.cached_tokens == 40
+        other = await engine.generate([*a, 7], max_tokens=1, namespace="default")
+        assert other.cached_tokens == 30
+    with pytest.raises(ValueError, match="'namespace' must be a string"):
+        WarmPrefix.from_json({"input_ids": [1], "namespace": 3})
+
+
 async def test_warmed_prefixes_are_pinned_for_pin_ttl_s() -> None:
     older, newer = ids(1000, 30), ids(2000, 30)
     async with _local(max_cached_tokens=100) as engine:
