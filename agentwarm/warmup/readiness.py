@@ -76,17 +76,21 @@ class Readiness:
         workers = list(self._workers.values())
         failed = [f"{s.worker}: {s.error}" for s in workers if s.error]
         warmed = any(s.error is None or s.prefixes > 0 for s in workers)
-        self._ready = warmed or (not workers and error is None)
+        ready = warmed or (not workers and error is None)
         reasons = "; ".join([*([error] if error else []), *failed]) or None
-        if not self._ready:
+        if not ready:
             reasons = f"no worker could be warmed: {reasons or 'no worker'}"
         self._error = reasons
-        if self._ready and self.ready_file is not None:
-            data = json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+        if ready and self.ready_file is not None:
+            # Written before /health/ready says 200: a probe that saw 200 finds the file.
+            data = json.dumps({**self.to_dict(), "ready": True}, ensure_ascii=False, sort_keys=True)
             try:
-                await asyncio.to_thread(atomic_write, self.ready_file, data.encode("utf-8"))
+                await asyncio.to_thread(
+                    atomic_write, self.ready_file, (data + "\n").encode("utf-8")
+                )
             except OSError as exc:
                 log.error("cannot write the ready file %s: %s", self.ready_file, exc)
+        self._ready = ready
 
     def withdraw(self) -> None:
         """Remove the ready file, if any (logged when it cannot be)."""

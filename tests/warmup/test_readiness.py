@@ -54,6 +54,27 @@ async def test_progress_then_ready_with_the_ready_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+async def test_the_ready_file_is_written_before_ready_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe that sees 200 on /health/ready finds the file (CI once read it in between)."""
+    from agentwarm.warmup import readiness as module
+
+    readiness = Readiness(ready_file=tmp_path / "ready.json")
+    readiness.begin(["http://a"], 1)
+    seen: list[bool] = []
+    write = module.atomic_write
+
+    def recording(path: Path, data: bytes) -> None:
+        seen.append(readiness.ready)
+        write(path, data)
+
+    monkeypatch.setattr(module, "atomic_write", recording)
+    await readiness.finish([summary("http://a", prefixes=1, tokens=3, computed_tokens=3)])
+    assert seen == [False] and readiness.ready
+    assert json.loads((tmp_path / "ready.json").read_text()) == readiness.to_dict()
+
+
 def test_workers_are_listed_in_the_order_the_warm_up_began_with() -> None:
     readiness = Readiness()
     readiness.begin(["http://a", "http://b"], 1)
