@@ -12,6 +12,13 @@ plain baseline.
 from __future__ import annotations
 
 from agentwarm.predictors.base import END, START, Mergeable, Predictor
+from agentwarm.predictors.context import (
+    ContextPredictor,
+    StepContext,
+    conversation_transitions,
+    observe_with,
+    predict_with,
+)
 from agentwarm.predictors.first_order import FirstOrderPredictor
 from agentwarm.predictors.markov import MarkovPredictor, default_predictor
 from agentwarm.predictors.store import (
@@ -26,13 +33,18 @@ __all__ = (
     "END",
     "FORMAT_VERSION",
     "START",
+    "ContextPredictor",
     "FirstOrderPredictor",
     "MarkovPredictor",
     "Mergeable",
     "Predictor",
     "PredictorStateWarning",
     "PredictorStore",
+    "StepContext",
+    "conversation_transitions",
     "default_predictor",
     "default_state_dir",
     "node_fingerprint",
+    "observe_with",
+    "predict_with",
 )
