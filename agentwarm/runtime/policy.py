@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentwarm._spec import END
 from agentwarm.runtime.timing import TimingMode
 
-__all__ = ("PrefetchPolicy", "choose_candidates")
+__all__ = ("PrefetchPolicy", "SpendMode", "choose_candidates")
+
+#: How a step picks its candidates: ``value`` (expected value, :mod:`agentwarm.runtime.prefetch.
+#: spend`) or ``top_n`` (the first ``top_n`` above ``min_p``: :func:`choose_candidates`).
+SpendMode = Literal["value", "top_n"]
 
 
 class PrefetchPolicy(BaseModel):
@@ -25,6 +30,16 @@ class PrefetchPolicy(BaseModel):
     0.02) come from ``agentwarm bench --profile full``: on tau2 trajectories the top 2 hold the
     true next tool ~71% of the time, the top 6 ~96%, and a candidate that was prefetched in an
     earlier step costs only the transcript's new tokens.
+
+    ``spend`` decides how many of those to send. ``top_n``: all of them. ``value`` (default):
+    only those worth their cost (:mod:`agentwarm.runtime.prefetch.spend` gives the arithmetic).
+    A candidate of probability ``p`` whose prefill computes ``n`` new tokens saves ``p * n``
+    live tokens in expectation and wastes ``(1 - p) * n``; a wasted token costs ``idle_price``
+    while the engine would otherwise be idle (before the next live request is expected: only
+    other tenants of a shared GPU lose it) and ``busy_price`` beyond that (it delays live
+    work). A candidate is sent when ``p >= price / (1 + price)``: with the defaults 0.1 and 1.0,
+    ``p >= 0.091`` within the idle window and ``p >= 0.5`` past it. ``top_n`` and ``min_p`` stay
+    a cap and a floor in both modes.
 
     The guardrail tracks an EWMA of the *branch hit rate* (was the actual next node among the
     candidates?); below ``guardrail_threshold`` it raises ``min_p`` to ``cautious_min_p`` and
@@ -62,6 +77,11 @@ class PrefetchPolicy(BaseModel):
     max_speculative_in_flight: int = Field(default=64, ge=1)
     prefill_timeout_s: float = Field(default=30.0, gt=0.0)
     timing: TimingMode = "auto"
+    spend: SpendMode = "value"
+    idle_price: float = Field(default=0.1, ge=0.0, allow_inf_nan=False)
+    """Cost of one wasted token prefilled while the engine would be idle (0: free)."""
+    busy_price: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    """Cost of one wasted token prefilled when live work is expected (1: a live token's)."""
     warm_confirmed: bool = True
     warm_min_lead_s: float = Field(default=0.001, ge=0.0)
     refresh_after_llm: bool = True
@@ -78,6 +98,11 @@ class PrefetchPolicy(BaseModel):
             raise ValueError(
                 f"pause_below ({self.pause_below}) must not exceed guardrail_threshold "
                 f"({self.guardrail_threshold})"
+            )
+        if self.idle_price > self.busy_price:
+            raise ValueError(
+                f"idle_price ({self.idle_price}) must not exceed busy_price ({self.busy_price}): "
+                "a token of idle engine time costs at most one that delays live work"
             )
         return self
 

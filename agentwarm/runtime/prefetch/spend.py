@@ -1,0 +1,252 @@
+"""Spend by expected value: how many speculative candidates a step sends (issue 15).
+
+**The model.** A candidate ``i`` of probability ``p_i`` whose prefill computes ``n_i`` new
+tokens (its known prefix less what is cached already) saves ``p_i * n_i`` tokens of live
+prefill in expectation (it is the next step with probability ``p_i``, and then its live request
+finds them cached) and wastes ``(1 - p_i) * n_i``. A wasted token costs the engine time it took:
+
+* ``free_tokens = max(0, throughput_tok_s * expected_idle_s - queued_tokens)`` tokens can be
+  prefilled before the next live request is expected (after the speculative tokens already
+  queued): each costs ``idle_price`` (default 0.1: on a shared GPU, other tenants' time);
+* each token past that window delays live work and costs ``busy_price`` (default 1.0: a live
+  token's worth).
+
+Candidates are taken in the predictor's order. With ``S`` tokens already chosen, candidate
+``i``'s tokens fill ``[S, S + n_i)`` of the window: ``a = clamp(free_tokens - S, 0, n_i)`` of
+them idle, ``b = n_i - a`` busy, at the blended price ``price_i = (a * idle_price + b *
+busy_price) / n_i`` (``idle_price`` when it fits whole, ``busy_price`` when the window is spent
+before it; with ``n_i = 0``, the price of the window's next token). It is sent iff::
+
+    p_i * n_i >= (1 - p_i) * n_i * price_i   <=>   p_i >= price_i / (1 + price_i)
+
+With the defaults: ``p >= 0.1 / 1.1 = 0.0909`` within the window, ``p >= 1 / 2 = 0.5`` past
+it. A candidate not sent takes no room in the window, so a later, smaller one may still fit.
+``END`` is never sent (there is no prompt), but its probability is part of the distribution: a
+likely end leaves less probability to the others. ``top_n`` stays a hard cap, ``min_p`` a floor
+and ``top_p`` a coverage bound, exactly as in :func:`~agentwarm.runtime.policy.choose_candidates`
+(and the guardrail's :class:`~agentwarm.runtime.guardrail.Limits` apply the same way).
+
+Example: ``free_tokens`` 1000; A (p 0.4, 600 tokens) fits whole: sent, ``S`` = 600; B (p 0.3,
+800 tokens) would be 400 idle + 400 busy, ``price`` 0.55, threshold 0.355: not sent; C (p 0.1,
+300 tokens) fits whole: sent.
+
+**The inputs** are plain numbers, learned by :class:`SpendEstimator` (one per workflow, or per
+engine: it holds no run's state): the prefill throughput (an EWMA over finished prefills), the
+expected idle seconds after each node's speculation (an EWMA per node, fed through a run's
+:class:`IdleClock`), and the queued tokens the caller knows. Before anything is observed the
+idle window is infinite: every token is priced ``idle_price``. :class:`SentPrefixes` estimates a
+candidate's new tokens from what was sent for it before (its prefix grows append-only).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable, Sequence
+
+from agentwarm._spec import END
+from agentwarm.runtime.guardrail import Limits
+from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+
+__all__ = (
+    "IdleClock",
+    "SentPrefixes",
+    "SpendEstimator",
+    "choose",
+    "choose_by_value",
+    "common_prefix_len",
+    "threshold",
+)
+
+#: Weight of the newest observation in the estimator's EWMAs.
+SPEND_ALPHA = 0.25
+
+
+def threshold(price: float) -> float:
+    """The least probability worth sending at ``price`` per wasted token:
+    ``p * n >= (1 - p) * n * price  <=>  p >= price / (1 + price)``."""
+    return price / (1.0 + price)
+
+
+def _price(spent: float, n: int, free_tokens: float, idle_price: float, busy_price: float) -> float:
+    """The price per token of ``n`` tokens sent after ``spent`` within a ``free_tokens`` window."""
+    room = free_tokens - spent
+    if n == 0:
+        return idle_price if room > 0 else busy_price
+    if room >= n:
+        return idle_price
+    if room <= 0:
+        return busy_price
+    return (room * idle_price + (n - room) * busy_price) / n
+
+
+def choose_by_value(
+    predictions: Sequence[tuple[str, float]],
+    *,
+    new_tokens: Callable[[str], int],
+    free_tokens: float,
+    top_n: int,
+    min_p: float,
+    top_p: float = 1.0,
+    idle_price: float = 0.1,
+    busy_price: float = 1.0,
+) -> list[tuple[int, str, float]]:
+    """The candidates worth sending (module doc), as ``(rank, name, probability)`` in
+    predicted order: the shape of :func:`~agentwarm.runtime.policy.choose_candidates`.
+
+    ``new_tokens(name)`` is what ``name``'s prefill would compute; it is asked only of
+    candidates within ``top_n``, ``min_p`` and ``top_p``. ``free_tokens`` is the idle window
+    (``math.inf``: every token is idle).
+    """
+    chosen: list[tuple[int, str, float]] = []
+    covered = 0.0
+    spent = 0
+    for rank, (name, p) in enumerate(predictions):
+        if len(chosen) >= top_n or covered >= top_p - 1e-9:
+            break
+        covered += p
+        if name == END or p < min_p:
+            continue
+        n = max(0, new_tokens(name))
+        if p >= threshold(_price(spent, n, free_tokens, idle_price, busy_price)):
+            chosen.append((rank, name, p))
+            spent += n
+    return chosen
+
+
+def choose(
+    predictions: Sequence[tuple[str, float]],
+    *,
+    policy: PrefetchPolicy,
+    limits: Limits,
+    new_tokens: Callable[[str], int],
+    free_tokens: float,
+) -> list[tuple[int, str, float]]:
+    """A step's candidates under ``policy.spend`` within the guardrail's ``limits``:
+    :func:`choose_by_value`, or (``top_n``) :func:`~agentwarm.runtime.policy.choose_candidates`
+    (``new_tokens`` and ``free_tokens`` unused)."""
+    if policy.spend == "top_n":
+        return choose_candidates(
+            predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
+        )
+    return choose_by_value(
+        predictions,
+        new_tokens=new_tokens,
+        free_tokens=free_tokens,
+        top_n=limits.top_n,
+        min_p=limits.min_p,
+        top_p=limits.top_p,
+        idle_price=policy.idle_price,
+        busy_price=policy.busy_price,
+    )
+
+
+class SpendEstimator:
+    """What the spend decision learns: prefill throughput and, per node, the idle seconds
+    after its step's speculation (both EWMAs of weight ``alpha``). Plain numbers in, plain
+    numbers out; no engine, no clock.
+
+    The throughput is ``EWMA(tokens) / EWMA(seconds)`` over finished prefills (a ratio of
+    averages: a long prefill weighs more than a short one, whose time is mostly overhead);
+    ``math.inf`` until a prefill is observed. A node's idle time is ``math.inf`` until observed.
+    """
+
+    def __init__(self, *, alpha: float = SPEND_ALPHA) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        self.alpha = alpha
+        self._tokens: float | None = None
+        self._seconds = 0.0
+        self._idle: dict[str, float] = {}
+
+    def _ewma(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.alpha * (new - old)
+
+    @property
+    def throughput_tok_s(self) -> float:
+        """Prefill tokens per second (``math.inf`` before any prefill is observed)."""
+        if self._tokens is None:
+            return math.inf
+        return self._tokens / self._seconds
+
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        """A prefill computed ``tokens`` in ``seconds`` (ignored unless both are positive)."""
+        if tokens <= 0 or not 0.0 < seconds < math.inf:
+            return
+        first = self._tokens is None
+        self._tokens = self._ewma(self._tokens, float(tokens))
+        self._seconds = seconds if first else self._ewma(self._seconds, seconds)
+
+    def idle_s(self, node: str) -> float:
+        """Expected seconds from ``node``'s speculation to the run's next live LLM call."""
+        return self._idle.get(node, math.inf)
+
+    def observe_idle(self, node: str, seconds: float) -> None:
+        """After ``node``'s speculation, the run's next live LLM call came ``seconds`` later."""
+        if 0.0 <= seconds < math.inf:
+            self._idle[node] = self._ewma(self._idle.get(node), seconds)
+
+    def free_tokens(self, node: str, queued_tokens: float = 0.0) -> float:
+        """The idle window after ``node``'s speculation, in tokens:
+        ``max(0, throughput_tok_s * idle_s(node) - queued_tokens)``."""
+        idle = self.idle_s(node)
+        if idle == 0.0:
+            return 0.0  # also with an unknown (infinite) throughput
+        return max(0.0, self.throughput_tok_s * idle - queued_tokens)
+
+
+class IdleClock:
+    """One run's measurement of idle time for a :class:`SpendEstimator`: :meth:`speculated`
+    when a step speculates, :meth:`live` before each live LLM call; the first live call after
+    a speculation gives that node its idle seconds."""
+
+    def __init__(
+        self, estimator: SpendEstimator, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.estimator = estimator
+        self._clock = clock
+        self._mark: tuple[str, float] | None = None
+
+    def speculated(self, node: str) -> None:
+        """``node``'s step speculates now (a later speculation replaces an unmeasured one)."""
+        self._mark = (node, self._clock())
+
+    def live(self) -> None:
+        """A live LLM call starts now: the idle time since the last speculation ends."""
+        if self._mark is not None:
+            node, at = self._mark
+            self._mark = None
+            self.estimator.observe_idle(node, self._clock() - at)
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (slices compare in C)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class SentPrefixes:
+    """The latest token ids sent under each key (a node, or ``(namespace, node)`` to share
+    across runs), to estimate what a candidate's prefill would compute: the tokens past what was
+    sent for it before (a node's prefix grows append-only). Optimistic: an engine may have
+    evicted them."""
+
+    def __init__(self) -> None:
+        self._sent: dict[Hashable, Sequence[int]] = {}
+
+    def sent(self, key: Hashable, ids: Sequence[int]) -> None:
+        """``ids`` were sent (prefilled) under ``key``."""
+        self._sent[key] = ids
+
+    def new_tokens(self, key: Hashable, ids: Sequence[int]) -> int:
+        """Tokens of ``ids`` past their common prefix with the latest sent under ``key``."""
+        return len(ids) - common_prefix_len(ids, self._sent.get(key, ()))
