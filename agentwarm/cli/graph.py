@@ -57,7 +57,7 @@ def learned_probabilities(
     the marginal over all the paths that reached ``node``. Other predictors are asked with the
     one-node path ``(node,)``.
     """
-    from agentwarm.predictors.markov import default_predictor
+    from agentwarm.predictors import default_predictor
     from agentwarm.predictors.store import PredictorStore
 
     store = PredictorStore(state_dir)

@@ -12,6 +12,7 @@ plain baseline.
 from __future__ import annotations
 
 from agentwarm.predictors.base import END, START, Mergeable, Predictor
+from agentwarm.predictors.content import ContentPredictor, default_predictor
 from agentwarm.predictors.context import (
     ContextPredictor,
     StepContext,
@@ -20,7 +21,7 @@ from agentwarm.predictors.context import (
     predict_with,
 )
 from agentwarm.predictors.first_order import FirstOrderPredictor
-from agentwarm.predictors.markov import MarkovPredictor, default_predictor
+from agentwarm.predictors.markov import MarkovPredictor, path_predictor
 from agentwarm.predictors.store import (
     FORMAT_VERSION,
     PredictorStateWarning,
@@ -33,6 +34,7 @@ __all__ = (
     "END",
     "FORMAT_VERSION",
     "START",
+    "ContentPredictor",
     "ContextPredictor",
     "FirstOrderPredictor",
     "MarkovPredictor",
@@ -46,5 +48,6 @@ __all__ = (
     "default_state_dir",
     "node_fingerprint",
     "observe_with",
+    "path_predictor",
     "predict_with",
 )

@@ -40,6 +40,11 @@ def node_fingerprint(nodes: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
+#: ``(reading kind, saved kind)`` pairs a predictor reads besides its own kind: the content
+#: predictor wraps state saved by the path-only default before it (nothing learned is lost).
+UPGRADES = frozenset({("content", "markov")})
+
+
 @dataclass(frozen=True, slots=True)
 class Expected:
     """What a state file must have been saved for: the validation context of
@@ -102,7 +107,7 @@ class StateDocument(BaseModel):
                 f"removed {sorted(saved - set(nodes))})"
             )
         kind = self.predictor.get("kind")
-        if kind != expected.kind:
+        if kind != expected.kind and (expected.kind, kind) not in UPGRADES:
             raise ValueError(
                 f"holds a predictor of kind {_serial.short(kind)}, expected {expected.kind!r}"
             )

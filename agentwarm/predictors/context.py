@@ -67,7 +67,8 @@ class StepContext:
     """The conversation at a prediction point (every field ``""`` when unknown).
 
     ``first_user`` is the conversation's first user message (the task), ``last_user`` the
-    latest; ``last_assistant`` the latest assistant text; ``last_tool`` the latest tool called
+    latest; ``last_assistant`` the latest assistant text (a turn that only calls tools has none
+    and keeps the one before); ``last_tool`` the latest tool called
     (by an assistant ``tool_calls`` entry or named by a ``tool`` message), ``last_tool_args``
     its arguments (JSON text) and ``last_tool_result`` the latest ``tool`` message, ``""``
     when a user message came after it (the result is old news then).
@@ -106,7 +107,7 @@ class StepContext:
                 first_user = first_user or content
                 last_user, result = content, ""
             elif role == "assistant":
-                last_assistant = content
+                last_assistant = content or last_assistant
                 calls = message.get("tool_calls") or ()
                 if calls and _call_name(calls[0]):
                     tool = _call_name(calls[0])

@@ -55,7 +55,7 @@ from agentwarm.errors import PredictorStateError
 from agentwarm.predictors import _document
 from agentwarm.predictors._document import FORMAT, FORMAT_VERSION, node_fingerprint
 from agentwarm.predictors.base import Mergeable, Predictor
-from agentwarm.predictors.markov import default_predictor
+from agentwarm.predictors.content import default_predictor
 
 __all__ = (
     "FORMAT",

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import agentwarm.predictors as predictors
 from agentwarm.predictors import (
     END,
+    ContentPredictor,
     FirstOrderPredictor,
     MarkovPredictor,
     Mergeable,
@@ -129,10 +130,10 @@ KINDS = [
         st.just(default_predictor),
         default_predictor,
         exact_merge=False,
-        other_config=_other_markov,
-        bound=_markov_bound,
-        size=lambda p: p.num_contexts,
-        unbounded=_unbounded_markov,
+        other_config=lambda p: ContentPredictor(buckets=p.buckets + 1),
+        bound=lambda p: _markov_bound(p.path),
+        size=lambda p: p.path.num_contexts,
+        unbounded=lambda p: ContentPredictor(path=_unbounded_markov(p.path)),
     ),
 ]
 
@@ -198,7 +199,7 @@ def test_every_predictor_the_package_exports_is_under_test() -> None:
         and all(hasattr(obj, m) for m in ("predict", "observe", "to_dict", "from_dict"))
     }
     tested = {type(kind.example()) for kind in KINDS}
-    assert exported == tested == {FirstOrderPredictor, MarkovPredictor}
+    assert exported == tested == {ContentPredictor, FirstOrderPredictor, MarkovPredictor}
     assert type(default_predictor()) in tested
 
 

@@ -47,7 +47,7 @@ from agentwarm.predictors.markov.model import (
     DEFAULT_FEATURES,
     DEFAULT_RECENT_HALF_LIFE,
     MarkovPredictor,
-    default_predictor,
+    path_predictor,
 )
 
-__all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "default_predictor")
+__all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "path_predictor")

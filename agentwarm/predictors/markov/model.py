@@ -13,11 +13,11 @@ from agentwarm.predictors.base import START, rank, support
 from agentwarm.predictors.markov import experts, mixture
 from agentwarm.predictors.markov.experts import Context, Table
 
-__all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "default_predictor")
+__all__ = ("DEFAULT_FEATURES", "DEFAULT_RECENT_HALF_LIFE", "MarkovPredictor", "path_predictor")
 
-#: Feature experts of :func:`default_predictor`.
+#: Feature experts of :func:`path_predictor`.
 DEFAULT_FEATURES: tuple[str, ...] = ("run", "count", "visited")
-#: Half-life of the recent expert of :func:`default_predictor`, in observations of a context.
+#: Half-life of the recent expert of :func:`path_predictor`, in observations of a context.
 DEFAULT_RECENT_HALF_LIFE = 10.0
 #: Most paths predicted since the last observe whose :class:`~.mixture.Step` is kept.
 MAX_PREPARED_PATHS = 64
@@ -27,7 +27,7 @@ class MarkovPredictor:
     """Variable-order Markov predictor with Witten-Bell blending, a uniform prior, decay and
     optional feature / recent experts mixed by online Bayesian weights.
 
-    ``MarkovPredictor()`` is the plain Markov model (one expert); :func:`default_predictor`
+    ``MarkovPredictor()`` is the plain Markov model (one expert); :func:`path_predictor`
     adds the experts.
 
     Args:
@@ -329,7 +329,8 @@ class MarkovPredictor:
         )
 
 
-def default_predictor() -> MarkovPredictor:
-    """The predictor a workflow session uses when none is given: the order-3 Markov model
-    mixed with the recent expert and the ``run``, ``count`` and ``visited`` feature experts."""
+def path_predictor() -> MarkovPredictor:
+    """The path experts: the order-3 Markov model mixed with the recent expert and the
+    ``run``, ``count`` and ``visited`` feature experts. The default predictor
+    (:func:`agentwarm.predictors.default_predictor`) stacks them with the conversation."""
     return MarkovPredictor(features=DEFAULT_FEATURES, recent_half_life=DEFAULT_RECENT_HALF_LIFE)
