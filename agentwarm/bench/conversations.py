@@ -7,10 +7,11 @@ and ``tool`` results. Other keys (``task_id``, ``trial``, ``reward``, ``steps``)
 the steps are read from the messages.
 
 Every assistant turn is a step: its node is the tool it called (the first, when it called
-several) or ``respond`` for a text answer. The replay (:mod:`agentwarm.bench.workload`) adds
-the real messages to the run's transcript: node 0 (the entry) adds the messages before the
-first assistant turn; node ``k`` calls the model on the conversation so far, then adds the
-real ``k``-th assistant turn and the tool results and user turns that followed it.
+several) or ``respond`` for a text answer (:func:`agentwarm.predictors.context.step_of`). The
+replay (:mod:`agentwarm.bench.workload`) adds the real messages to the run's transcript: node 0
+(the entry) adds the messages before the first assistant turn; node ``k`` calls the model on
+the conversation so far, then adds the real ``k``-th assistant turn and the tool results and
+user turns that followed it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agentwarm._spec import END, START
 from agentwarm.bench.inputs import Episode
 from agentwarm.chat import Message
 from agentwarm.errors import ConfigError
+from agentwarm.predictors.context import RESPOND, step_of
 
 if TYPE_CHECKING:
     from agentwarm.runtime import Context
@@ -36,12 +38,10 @@ __all__ = (
     "add_message",
     "load_conversations",
     "shared_policy",
+    "step_of",
     "step_turns",
     "tools_beside",
 )
-
-RESPOND = "respond"
-"""The step of an assistant turn that answers in text (calls no tool)."""
 
 _ROLES = ("system", "user", "assistant", "tool")
 
@@ -54,12 +54,6 @@ class Conversation:
     episode: Episode
     system: str
     messages: tuple[Message, ...]
-
-
-def step_of(message: Message) -> str:
-    """The step of an assistant message: its first tool call's name, else :data:`RESPOND`."""
-    calls = message.get("tool_calls") or ()
-    return str(calls[0]["function"]["name"]) if calls else RESPOND
 
 
 def step_turns(messages: Sequence[Message]) -> list[tuple[Message, ...]]:

@@ -21,6 +21,7 @@ from agentwarm.bench.metered import MeteredEngine, RequestRecord
 from agentwarm.bench.workload import SCRIPT_KEY, EpisodeScript, Workload
 from agentwarm.engines.base import Engine, EngineStats
 from agentwarm.predictors import Predictor, default_predictor
+from agentwarm.predictors.fit import Example, conversation_examples, fit
 from agentwarm.runtime import PrefetchPolicy, RunResult
 
 __all__ = ("MODES", "ModeRun", "OraclePredictor", "pretrain", "run_mode")
@@ -65,15 +66,21 @@ class OraclePredictor:
 
 
 def pretrain(predictor: Predictor, workload: Workload, episodes: Sequence[Episode]) -> int:
-    """Feed ``predictor`` every transition of ``episodes`` as the runtime would (paths start
-    at the entry node; the last step is followed by ``END``); return the transitions fed."""
-    n = 0
+    """Fit ``predictor`` on every transition of ``episodes`` as the runtime would learn it
+    (paths start at the entry node; the last step is followed by ``END``) with
+    :func:`agentwarm.predictors.fit.fit` (what ``agentwarm fit`` does); return the transitions
+    fed. A real conversation's transitions carry its context at each step's end: what the
+    replay's transcript holds then (the messages before the next assistant turn)."""
+    examples: list[Example] = []
     for episode in episodes:
-        names = (workload.entry, *episode.steps, END)
-        for k in range(len(names) - 1):
-            predictor.observe(names[: k + 1], names[k + 1])
-            n += 1
-    return n
+        turns = workload.turns.get(episode.id)
+        if turns is not None and episode.steps:
+            messages = [m for turn in turns[: len(episode.steps) + 1] for m in turn]
+            examples += conversation_examples([messages], workload.entry)
+        else:
+            names = (workload.entry, *episode.steps, END)
+            examples += [(names[: k + 1], names[k + 1], None) for k in range(len(names) - 1)]
+    return fit(predictor, examples).transitions
 
 
 @dataclass

@@ -24,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in ("run", "stats", "graph", "serve", "gateway", "bench", "warmup"):
+for _module in ("run", "stats", "graph", "serve", "gateway", "bench", "warmup", "fit"):
     try:
         _mod = importlib.import_module(f"agentwarm.cli.{_module}")
     except ModuleNotFoundError as _exc:  # a command whose module is not there yet

@@ -8,15 +8,16 @@ Per live request (``on_request``, before it is forwarded; lookups only):
    (:class:`~agentwarm.gateway.sessions.SessionTracker`).
 2. The session's prefetches are settled: the one for this node is a hit, the others are
    aborted (their computed tokens are wasted). The transition from the session's previous node
-   feeds the predictor (the runtime's :func:`~agentwarm.predictors.default_predictor`, over node
-   names) and the guardrail; how this node's conversation relates to the session's last request
-   feeds :class:`~agentwarm.gateway.prompts.Shapes`.
+   feeds the predictor (:func:`~agentwarm.predictors.default_predictor`, over node names, with
+   the conversation its last prediction read) and the guardrail; how this node's conversation
+   relates to the session's last request feeds :class:`~agentwarm.gateway.prompts.Shapes`.
 3. The request is routed to the session's worker.
 
 Per reply (``on_response``, after it reached the client) and per tool call decoded in a stream
-(``on_tool_call``): the next nodes are predicted from the session's path, mixed with what the
-tool called predicts (P(next node | tool), learned: LangGraph's ``transfer_to_X`` handoffs), and
-the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.runtime.policy.
+(``on_tool_call``): the next nodes are predicted from the session's path and conversation (the
+request and its reply or tool call: :class:`~agentwarm.predictors.StepContext`), mixed with what
+the tool called predicts (P(next node | tool), learned: LangGraph's ``transfer_to_X`` handoffs),
+and the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.runtime.policy.
 choose_candidates`) are prefilled upstream at speculative priority, each admitted by the same
 rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`): their head +
 the conversation their shape predicts, rendered as the upstream renders it
@@ -49,7 +50,8 @@ from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.gateway.tracing import GatewayTracer
 from agentwarm.gateway.types import ChatCall, Reply
 from agentwarm.gateway.upstream import Upstream
-from agentwarm.predictors import Predictor, default_predictor
+from agentwarm.predictors import Predictor, StepContext, default_predictor
+from agentwarm.predictors.context import observe_with, predict_with
 from agentwarm.runtime.admission import Admission, Limits, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
@@ -86,6 +88,7 @@ class _Session:
     pending: dict[str, Prefetch] = field(default_factory=dict)
     #: What the predictor said after the last reply (scored when the next request comes).
     predictions: list[tuple[str, float]] = field(default_factory=list)
+    context: StepContext | None = None  # what they read: the next transition learns with it
     last: float = 0.0
 
 
@@ -161,12 +164,12 @@ class Learner:
             self.shapes.observe(head.name, shape)
             if session.tool is not None:
                 self.tool_hints.observe(session.tool, head.name)
-        self.predictor.observe(session.path[-MAX_PATH:], head.name)
+        observe_with(self.predictor, session.path[-MAX_PATH:], head.name, session.context)
         session.path.append(head.name)
         del session.path[:-MAX_PATH]
         session.conversation, session.points = conversation, points
         session.reply, session.after_reply, session.tool = None, None, None
-        session.predictions = []
+        session.predictions, session.context = [], None
         self._live[call.rid] = step
         self._steps.append(step)
         call.worker = self.upstream.worker_for(sid, call.rid)
@@ -176,6 +179,8 @@ class Learner:
         if session is None or session.tool is not None:
             return
         session.tool = name
+        called = {"role": "assistant", "tool_calls": [{"function": {"name": name}}]}
+        session.context = StepContext.from_messages([*call.messages, called])
         self._prefetch(call.session or "", session)  # before the reply ends: without it
 
     async def on_response(self, call: ChatCall, reply: Reply) -> None:
@@ -195,6 +200,7 @@ class Learner:
             sid, session.conversation, head.key, reply.message, points=session.points
         )
         session.reply = reply.message
+        session.context = StepContext.from_messages([*call.messages, reply.message])
         session.after_reply = extend(session.points, reply.message)
         calls = reply.message.get("tool_calls") or []
         if calls and session.tool is None:
@@ -277,7 +283,7 @@ class Learner:
     # --- prefetching ------------------------------------------------------------------------
 
     def _ranked(self, session: _Session) -> list[tuple[str, float]]:
-        predicted = self.predictor.predict(session.path[-MAX_PATH:])
+        predicted = predict_with(self.predictor, session.path[-MAX_PATH:], context=session.context)
         if session.tool is None:
             return predicted
         return self.tool_hints.mix(session.tool, predicted)
@@ -384,7 +390,7 @@ class Learner:
         """A session ended: its prefetches lost; the run ended after its last node."""
         self._settle(session)
         if session.path:
-            self.predictor.observe(session.path[-MAX_PATH:], END)
+            observe_with(self.predictor, session.path[-MAX_PATH:], END, session.context)
         self.tracer.session_end(sid)
 
     def _resolve(self, pf: Prefetch, outcome: PrefetchOutcome) -> None:
