@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from agentwarm.data import load_trajectories
 from agentwarm.predictors import (
@@ -53,7 +54,9 @@ from agentwarm.predictors import (
     MarkovPredictor,
     Predictor,
     default_predictor,
+    path_predictor,
 )
+from benchmarks import conversation_eval
 
 __all__ = (
     "PREDICTORS",
@@ -104,7 +107,8 @@ class Workload:
 #: The predictors compared, by report name.
 PREDICTORS: dict[str, Callable[[], Predictor]] = {
     "default": default_predictor,
-    "markov (old default)": MarkovPredictor,
+    "path experts (old default)": path_predictor,
+    "markov (plain)": MarkovPredictor,
     "first-order baseline": FirstOrderPredictor,
 }
 
@@ -464,7 +468,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=400, help="runs per generated source")
     parser.add_argument("--timing", action="store_true", help="also time predict and observe")
     parser.add_argument("--json", dest="json_out", help="also write the scores to this file")
+    parser.add_argument(
+        "--conversations",
+        action="append",
+        help="JSON-lines file of {'messages': [...]} (OpenAI chat), repeatable: score only "
+        "these, each prediction reading the conversation so far",
+    )
+    parser.add_argument(
+        "--pretrain-on", help="with --conversations: first fit every predictor on this file"
+    )
+    parser.add_argument(
+        "--pretrain-fraction",
+        type=float,
+        default=0.0,
+        help="with --conversations: fit on this leading fraction of each file, score the rest",
+    )
     args = parser.parse_args(argv)
+    if args.conversations:
+        return _conversations_main(args)
     real = [tau2_workload(path, shuffle=args.shuffle) for path in args.data or [None]]
     workloads = [
         *real,
@@ -479,6 +500,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as out:
             json.dump([asdict(s) for s in scores], out, indent=2)
+    return 0
+
+
+def _conversations_main(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.pretrain_fraction < 1.0:
+        raise SystemExit("--pretrain-fraction must be at least 0 and below 1")
+    scores = [
+        conversation_eval.score_conversations(factory, workload, name)
+        for path in args.conversations
+        for workload in [
+            conversation_eval.load_workload(
+                path, pretrain_on=args.pretrain_on, pretrain_fraction=args.pretrain_fraction
+            )
+        ]
+        for name, factory in PREDICTORS.items()
+    ]
+    print(conversation_eval.table(scores))
+    if args.json_out:
+        Path(args.json_out).write_text(conversation_eval.dump(scores), encoding="utf-8")
     return 0
 
 

@@ -2,8 +2,9 @@
 its :class:`~agentwarm.predictors.context.StepContext`: hashed indicator features for the
 logistic model and the word set the example memory compares.
 
-Every feature is a string, hashed with CRC-32 (stable across processes and Python versions,
-unlike ``hash``) into one of ``buckets`` rows. The strings, with ``c`` the current node:
+Every feature is a string, hashed with CRC-32 (:func:`~.memory.crc`: stable across processes and
+Python versions, unlike ``hash``) into one of ``buckets`` rows. The strings, with ``c`` the
+current node:
 
 * path: ``c``, the last two nodes, each node visited so far;
 * the last tool result's kind per ``c`` (``none``, ``empty``, ``error``, ``ok``);
@@ -22,10 +23,9 @@ from __future__ import annotations
 
 import itertools
 import re
-import zlib
 from collections.abc import Sequence
 
-from agentwarm.predictors.content.memory import mask
+from agentwarm.predictors.content.memory import crc, mask
 from agentwarm.predictors.context import StepContext
 
 __all__ = ("RESULT_CHARS", "hashed", "memory_words", "names", "words")
@@ -92,7 +92,7 @@ def names(path: Sequence[str], context: StepContext) -> list[str]:
 
 def hashed(features: Sequence[str], buckets: int) -> list[int]:
     """The sorted, distinct rows of ``features`` among ``buckets``."""
-    return sorted({zlib.crc32(f.encode("utf-8")) % buckets for f in features})
+    return sorted({crc(f) % buckets for f in features})
 
 
 def memory_words(context: StepContext) -> int:

@@ -23,8 +23,10 @@ loses nothing. Bounded: ``W`` has ``buckets`` rows and at most ``max_classes`` c
 beyond are predicted by the path and memory only), the memory ``per_node`` examples per node.
 
 Measured on the real airline conversations (``python -m benchmarks.predictor_eval
---conversations``; stacking beat a Bayesian mixture of the same parts, 0.658 against 0.647
-top-1, so the parts are stacked rather than mixed).
+--conversations``): online top-1 / top-3 0.661 / 0.894 against the path experts' 0.543 / 0.845.
+The defaults (``learning_rate`` 0.1, 1,024 examples per node, ``k`` 10) were chosen on that
+file, so they fit it; stacking beat a Bayesian mixture of the same parts there (0.658 against
+0.647 top-1 in a prototype), so the parts are stacked rather than mixed.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class ContentPredictor:
         *,
         buckets: int = 1 << 14,
         max_classes: int = 256,
-        learning_rate: float = 0.2,
+        learning_rate: float = 0.1,
         offset_rate: float = 0.02,
         memory: ExampleMemory | None = None,
     ) -> None:

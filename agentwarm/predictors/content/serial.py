@@ -68,8 +68,19 @@ class ContentState(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> ContentState:
+        # The store checks ``known`` against the workflow's nodes: it must be the path
+        # experts' and name every class and every remembered next node.
+        if self.path.get("known") != self.known:
+            raise ValueError("known: not the path experts' known successors")
+        known = set(self.known)
         if len(self.classes) > self.max_classes or len(set(self.classes)) != len(self.classes):
             raise ValueError("classes: repeated names or more than max_classes")
+        unknown = [n for n in self.classes if n not in known]
+        unknown += [e[3] for e in self.memory.examples if e[3] not in known]
+        if unknown:
+            raise ValueError(
+                f"classes or memory: names that are not known successors {unknown[:5]}"
+            )
         if self.rows != sorted(set(self.rows)) or any(r >= self.buckets for r in self.rows):
             raise ValueError("rows: not ascending distinct buckets below 'buckets'")
         try:
@@ -116,7 +127,8 @@ def dump(model: ContentPredictor) -> dict[str, Any]:
 
 
 def load(cls: type[_C], data: Mapping[str, Any]) -> _C:
-    if data.get("kind") == MarkovPredictor.kind:  # saved before the content default: wrap it
+    if isinstance(data, Mapping) and data.get("kind") == MarkovPredictor.kind:
+        # Saved by the path-only default before this one: wrap it, nothing learned is lost.
         return cls(path=MarkovPredictor.from_dict(data))
     state = _serial.parse(ContentState, data, "content predictor state")
     memory = ExampleMemory(
