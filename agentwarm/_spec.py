@@ -11,7 +11,7 @@ trace files and metric attributes hold.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -50,6 +50,9 @@ class NodeSpec:
 
     ``system`` and ``tools`` form the static head of every prompt the node sends (DESIGN §3):
     keep them free of timestamps and ids so they can be prefetched.
+
+    ``hints`` maps a route keyword to the successor it announces: when the node's streamed
+    output contains the keyword as a word, that successor is prefetched before the step ends.
     """
 
     name: str
@@ -61,6 +64,7 @@ class NodeSpec:
     join: bool = False
     max_tokens: int = 64
     timeout_s: float | None = None
+    hints: Mapping[str, str] = field(default_factory=dict)
     module: str | None = field(default=None, compare=False)
 
     def __hash__(self) -> int:

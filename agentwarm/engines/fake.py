@@ -107,7 +107,8 @@ class FakeEngine(Engine):
     all. ``max_context`` is the model context in tokens (bytes), as the built-in presets' by
     default: a longer prompt, or a prompt plus ``max_tokens`` past it, raises
     ``ContextLengthExceeded``. ``scheduler`` is the scheduler; its ``events`` keep the last
-    ``log_limit`` steps.
+    ``log_limit`` steps. A subclass overriding :meth:`generate_with` (a test double reshaping
+    completions) streams its completion as one chunk: a stream ends with what generate returns.
     """
 
     supports_promotion = True
@@ -188,6 +189,10 @@ class FakeEngine(Engine):
 
         Raises :class:`~agentwarm.errors.RequestAborted` if the request is aborted (the tokens
         yielded before stay yielded); closing the iterator early aborts the request."""
+        if type(self).generate_with is not FakeEngine.generate_with:
+            async for chunk in super().stream_with(ids, params):  # the subclass's completion
+                yield chunk
+            return
         req = self._request(ids, params)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         req.on_token = queue.put_nowait

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, overload
 
 from agentwarm._spec import END, START, NodeFn, NodeSpec
@@ -50,6 +50,32 @@ def _check_tools(name: str, tools: object) -> tuple[dict[str, Any], ...]:
     return tuple(tools)
 
 
+def _check_hints(name: str, hints: object, next_: tuple[str, ...]) -> dict[str, str]:
+    if hints is None:
+        return {}
+    if not isinstance(hints, Mapping):
+        raise GraphValidationError(
+            f"Node '{name}': hints={hints!r} must map a route keyword to a successor, e.g. "
+            'hints={"refund": "refunds"}',
+            node=name,
+        )
+    for keyword, target in hints.items():
+        if not isinstance(keyword, str) or not keyword.strip():
+            raise GraphValidationError(
+                f"Node '{name}': hints has the keyword {keyword!r}; a keyword is a non-empty "
+                "string",
+                node=name,
+            )
+        if not isinstance(target, str) or target == END or target not in next_:
+            raise GraphValidationError(
+                f"Node '{name}': hints[{keyword!r}] = {target!r} is not one of its declared "
+                f"successors {list(next_)} (END excluded: it has no prompt to prefetch); "
+                "add it to next=[...] or name a declared successor",
+                node=name,
+            )
+    return dict(hints)
+
+
 def check_timeout(what: str, value: object, *, node: str | None = None) -> float | None:
     """``value`` as a step time limit in seconds (a positive finite number, or None)."""
     if value is None:
@@ -77,6 +103,7 @@ def node(
     join: bool = False,
     max_tokens: int = 64,
     timeout_s: float | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> Callable[[NodeFn], NodeSpec]: ...
 
 
@@ -92,6 +119,7 @@ def node(
     join: bool = False,
     max_tokens: int = 64,
     timeout_s: float | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> NodeSpec | Callable[[NodeFn], NodeSpec]:
     """Declare a workflow step.
 
@@ -104,6 +132,10 @@ def node(
     runs once, when every concurrent branch has reached it. ``timeout_s`` limits how long one
     step of this node may take (its LLM calls included); past it the run fails with
     :class:`~agentwarm.errors.StepTimeout` (default: the workflow's ``step_timeout_s``).
+    ``hints`` maps route keywords to declared successors (``{"refund": "refunds"}``): when the
+    node's streamed LLM output says the keyword (a whole word, any case), that successor is
+    prefetched at once, before the step returns; a successor's own name, a tool call's name
+    and ``transfer_to_<successor>`` need no declaration.
     """
 
     def wrap(f: NodeFn) -> NodeSpec:
@@ -114,16 +146,18 @@ def node(
             raise GraphValidationError(
                 f"@node on {f!r}: give it a name=... (reserved or missing name {node_name!r})"
             )
+        next_nodes = _check_next(node_name, next)
         return NodeSpec(
             name=node_name,
             fn=f,
             system=system,
             tools=_check_tools(node_name, tools),
-            next=_check_next(node_name, next),
+            next=next_nodes,
             entry=entry,
             join=join,
             max_tokens=max_tokens,
             timeout_s=check_timeout(f"Node '{node_name}': timeout_s", timeout_s, node=node_name),
+            hints=_check_hints(node_name, hints, next_nodes),
             module=getattr(f, "__module__", None),
         )
 

@@ -41,7 +41,14 @@ class PrefetchRecord:
 
 @dataclass(slots=True)
 class StepRecord:
-    """One executed step. TTFT and token counts are of the step's first LLM call."""
+    """One executed step. TTFT and token counts are of the step's first LLM call.
+
+    A *mid-decode hint* is the successor the step's streamed output named before the step
+    ended (:mod:`agentwarm.runtime.prefetch.scanner`): ``hint_node`` (``None``: no hint),
+    ``hint_at_s`` when it was read (seconds after the step started) and ``hint_lead_s`` the
+    lead it gave its prefetch over the step's end (``duration_s - hint_at_s``), which reading
+    hints only after the LLM call returned would not have had.
+    """
 
     index: int
     node: str
@@ -54,6 +61,9 @@ class StepRecord:
     cached_tokens: int = 0
     llm_calls: int = 0
     duration_s: float = 0.0
+    hint_node: str | None = None
+    hint_at_s: float | None = None
+    hint_lead_s: float | None = None
     prefetches: list[PrefetchRecord] = field(default_factory=list)
 
     @property

@@ -34,6 +34,12 @@ class RunResult:
     def speculative_prefetches(self) -> list[PrefetchRecord]:
         return [p for s in self.steps for p in s.prefetches if p.speculative]
 
+    @property
+    def hint_leads_s(self) -> list[float]:
+        """The lead time (s) each mid-decode hint gave before its step ended, in step order
+        (:attr:`StepRecord.hint_lead_s <agentwarm.runtime.records.StepRecord.hint_lead_s>`)."""
+        return [s.hint_lead_s for s in self.steps if s.hint_lead_s is not None]
+
     def summary(self) -> dict[str, Any]:
         return summarize([self])
 

@@ -147,6 +147,7 @@ class Run:
             admission=admission.bind(limits),
             run_id=self.run_id,
             namespace=self.namespace,
+            transcript=self.transcript,
         )
         with self.tracer.start_as_current_span(
             tm.workflow_span_name(self.workflow.name),
@@ -282,7 +283,10 @@ class Run:
             hits = self.prefetcher.resolve(scope, nexts)
             for n in nexts:
                 self.prefetcher.warm(scope, n)
-            record.duration_s = time.perf_counter() - t0
+            record.duration_s = (end := time.perf_counter()) - t0
+            if scope.mid_hint is not None:  # the lead a mid-decode hint gave its prefetch
+                record.hint_node, at = scope.mid_hint
+                record.hint_at_s, record.hint_lead_s = at - scope.started, end - at
             span.set_attributes(
                 tm.step_result_attributes(
                     ttft_s=record.ttft_s,
@@ -332,16 +336,16 @@ class Run:
             if tm.capture_content():
                 span.set_attribute(tm.GEN_AI_INPUT_MESSAGES, text or "")
             t_send = time.perf_counter()
-            try:
-                completion = await self.engine.generate(
-                    ids,
-                    max_tokens=tokens,
-                    temperature=temperature,
-                    priority=Priority.LIVE,
-                    namespace=self.namespace,
-                    session=self.run_id,
-                    seed=seed,
-                )
+            params: dict[str, Any] = dict(
+                max_tokens=tokens,
+                temperature=temperature,
+                priority=Priority.LIVE,
+                namespace=self.namespace,
+                session=self.run_id,
+                seed=seed,
+            )
+            try:  # streamed when its output may name the next step before it ends (a hint)
+                completion = await self.prefetcher.generate(scope, ids, params)
             except ContextLengthExceeded as exc:
                 error = ContextLengthExceeded(
                     f"Node '{spec.name}': {exc}",
@@ -385,6 +389,6 @@ class Run:
         return completion
 
     def transcript_grew(self, scope: StepScope) -> None:
-        """The step ``scope`` added a message (:meth:`Context.add <agentwarm.Context.add>`):
-        extend the prefetched prefixes with it."""
+        """The step ``scope`` added a message (:meth:`agentwarm.Context.add`): extend the
+        prefetched prefixes with it (and re-rank on it, :meth:`Prefetcher.refresh`)."""
         self.prefetcher.refresh(scope, after_llm=False)

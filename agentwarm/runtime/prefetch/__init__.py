@@ -2,13 +2,16 @@
 
 Lifecycle per step (:class:`Prefetcher`)::
 
-    begin_step   predict successors → choose candidates (top-N, min_p, token budget)
+    begin_step   predict successors (from the path, and the conversation for a predictor
+                 that reads it) → choose candidates (top-N, min_p, token budget)
                  → submit speculative prefills (admitted per engine, low priority), or hold
                  them until the step's first LLM call returns (``timing``)
     refresh      after each LLM call of the step: submit held candidates, or re-send the
                  candidates' now longer prefixes
                  (the step's own output is in the transcript) and add a successor the output
-                 names, if any
+                 names, if any; a context predictor re-ranks on the grown conversation
+    hint         while the step's live request streams: the first successor its partial
+                 output names is prefetched at once (a mid-decode hint)
     resolve      the step returned its next node(s): winners are hits (left running, the real
                  request reuses them), losers are stopped; the predictor and guardrail observe
     warm         the actual next node's full known prefix is sent at once (a "confirmed" warm-up)
@@ -27,9 +30,11 @@ Nothing here may break a workflow: every speculative failure is logged and count
 ``failed``; only the live request path raises.
 
 Modules: :mod:`.state` (requests, prefetches, the step's scope: plain data), :mod:`.rules` (the
-decisions as pure functions: budget, sharing, hits, warm-ups, outcomes), :mod:`.hints` (output
-hints), :mod:`.sender` (sending and stopping requests), :mod:`.settle` (outcomes, counters,
-spans), :mod:`.warmups` (confirmed warm-ups awaiting their live request), :mod:`.prefetcher`.
+decisions as pure functions: budget, sharing, hits, warm-ups, outcomes), :mod:`.hints` and
+:mod:`.scanner` (output hints, whole or streamed), :mod:`.hinting` (reading the conversation
+and the output: re-ranking, mid-decode hints), :mod:`.sender` (sending and stopping
+requests), :mod:`.settle` (outcomes, counters, spans), :mod:`.warmups` (confirmed warm-ups
+awaiting their live request), :mod:`.prefetcher`.
 """
 
 from __future__ import annotations

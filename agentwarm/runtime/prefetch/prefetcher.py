@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from agentwarm import telemetry as tm
 from agentwarm._spec import END, PrefetchKind, PrefetchOutcome
 from agentwarm.engines.base import Engine, Priority
+from agentwarm.predictors import observe_with
 from agentwarm.runtime.admission import RunAdmission
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
-from agentwarm.runtime.prefetch.hints import named_successor
+from agentwarm.runtime.prefetch.hinting import Reading
 from agentwarm.runtime.prefetch.rules import (
     hit_targets,
     plan_warm_up,
@@ -37,6 +38,7 @@ from agentwarm.runtime.timing import StepTiming
 if TYPE_CHECKING:
     from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor
+    from agentwarm.runtime.transcript import Transcript
 
 __all__ = ("Prefetcher",)
 
@@ -45,8 +47,12 @@ log = logging.getLogger(__name__)
 _CLOSE_WAIT_S = 5.0
 
 
-class Prefetcher:
-    """Speculative prefetching for one workflow run on one engine."""
+class Prefetcher(Reading):
+    """Speculative prefetching for one workflow run on one engine.
+
+    ``transcript`` is the run's: a :class:`~agentwarm.predictors.ContextPredictor` predicts
+    from the conversation it holds (re-ranked each time it grows) and observes the step's end.
+    """
 
     def __init__(
         self,
@@ -61,8 +67,10 @@ class Prefetcher:
         admission: RunAdmission,
         run_id: str,
         namespace: str,
+        transcript: Transcript | None = None,
     ) -> None:
         self.workflow = workflow
+        self.transcript = transcript
         self.engine = engine
         self.renderer = renderer
         self.predictor = predictor
@@ -109,10 +117,7 @@ class Prefetcher:
         them until the step's first LLM call returns (see :mod:`agentwarm.runtime.timing`)."""
         self._open.add(scope)
         try:
-            candidates = self.workflow.successors(scope.spec.name)
-            scope.predictions = list(
-                self.predictor.predict(scope.path, scope.state, candidates=candidates)
-            )
+            self._predict(scope)
             if self.timing.defer(scope.spec.name, self.policy.timing):
                 scope.deferred = True
                 return
@@ -134,12 +139,14 @@ class Prefetcher:
             )
             if hinted is not None and hinted not in {name for _, name, _ in chosen}:
                 chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
-            ranked = {name: (rank, p) for rank, name, p in chosen}
+            # Already prefetched (a mid-decode hint, an earlier ranking): not started twice.
+            ranked = {n: (rank, p) for rank, n, p in chosen if n not in scope.prefetches}
 
             def admissible(name: str) -> bool:  # refused whatever its size: not even rendered
                 return self.admission.may_admit(ranked[name][1])
 
-            for name, ids in self._within_budget(ranked, admissible):
+            spent = sum(pf.record.tokens for pf in scope.prefetches.values())
+            for name, ids in self._within_budget(ranked, admissible, spent=spent):
                 rank, p = ranked[name]
                 self._start(scope, name, p, rank, ids)
         except Exception as exc:
@@ -150,46 +157,47 @@ class Prefetcher:
         extend the candidates' prefixes, so the next real request finds all but its own text
         cached. Only the new tokens are computed.
 
-        With ``use_output_hints``, a declared successor named (as a word) in an LLM call's
-        output is added as a candidate: the step's own output often names the next tool.
+        A ContextPredictor re-ranks the successors on the grown conversation: likely ones not
+        prefetched yet are started (same limits, candidates and budget as at step start),
+        running ones that fell below ``min_p`` stopped. With ``use_output_hints``, a successor
+        the output names (:func:`~.hints.output_hint`) is added as a candidate.
         """
-        if scope.deferred:
-            if after_llm:
-                scope.deferred = False
-                self._speculate(scope, self._hinted(scope, output_text))
+        reranked = self._repredict(scope)
+        if scope.deferred and not after_llm:
             return
-        if not self.policy.refresh_after_llm or self.guardrail.limits(self.policy).paused:
+        if not scope.deferred and (
+            not self.policy.refresh_after_llm or self.guardrail.limits(self.policy).paused
+        ):
             return
         try:
-            targets = list(scope.prefetches)
+            if scope.deferred:
+                scope.deferred = False
+                self._extend(scope, list(scope.prefetches))  # hinted while it streamed
+                self._speculate(scope, self._hinted(scope, output_text))
+                return
             hinted = self._hinted(scope, output_text)
+            if reranked:
+                self._stop_fallen(scope)  # before extending them
+            targets = [t for t in scope.prefetches if t not in scope.fallen]
             if hinted is not None and hinted not in scope.prefetches:
                 targets.append(hinted)
-            for target, ids in self._within_budget(targets):
-                assert ids is not None  # only an `admissible` refusal yields None
-                pf = scope.prefetches.get(target)
-                if pf is None:
-                    p = dict(scope.predictions).get(target, 0.0)
-                    self._start(scope, target, p, -1, ids)
-                elif pf.latest is None:  # dropped so far: admission may take it now
-                    if self._send(scope, pf, ids):
-                        self._instruments.record_issued(self.workflow.name)
-                elif len(ids) > pf.latest.ids_len:
-                    old = pf.latest if pf.latest is not None and pf.latest.running else None
-                    # The longer prefix supersedes the running request (and takes its slot);
-                    # refused, the running one goes on.
-                    if self._send(scope, pf, ids, replace=old) and old is not None:
-                        self._sender.stop(old)
+            self._extend(scope, targets)
+            if reranked:  # the likely successors not prefetched yet
+                self._speculate(scope)
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
 
     def _within_budget(
-        self, targets: Iterable[str], admissible: Callable[[str], bool] | None = None
+        self,
+        targets: Iterable[str],
+        admissible: Callable[[str], bool] | None = None,
+        *,
+        spent: int = 0,
     ) -> Iterator[tuple[str, list[int] | None]]:
         def prefix_ids(target: str) -> list[int]:
             return self.renderer.prefix_ids(self.workflow.nodes[target])
 
-        return within_budget(targets, prefix_ids, self.budget, admissible)
+        return within_budget(targets, prefix_ids, self.budget - spent, admissible)
 
     def _swallow(self, exc: Exception, what: str, *args: object) -> None:
         """Speculation never breaks a workflow: log (traceback at DEBUG) and count."""
@@ -201,12 +209,6 @@ class Prefetcher:
             exc,
             exc_info=log.isEnabledFor(logging.DEBUG),
         )
-
-    def _hinted(self, scope: StepScope, text: str) -> str | None:
-        if not self.policy.use_output_hints:
-            return None
-        successors = self.workflow.successors(scope.spec.name)
-        return named_successor(text, successors, reads_prompt=self.timing.reads_prompt)
 
     def _new_prefetch(
         self, scope: StepScope, target: str, kind: PrefetchKind, p: float, rank: int, tokens: int
@@ -315,8 +317,8 @@ class Prefetcher:
 
     def _observe(self, scope: StepScope, actual: Sequence[str]) -> None:
         try:
-            for nxt in actual:
-                self.predictor.observe(scope.path, nxt)
+            for nxt in actual:  # in the context of the latest prediction: the step's end
+                observe_with(self.predictor, scope.path, nxt, scope.context)
             scored = predicted_branch(scope.predictions, actual, self.policy)
             if scored is not None:
                 self.guardrail.observe(scored, self.policy)

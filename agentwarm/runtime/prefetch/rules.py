@@ -17,6 +17,7 @@ from agentwarm.runtime.prefetch.state import Prefetch, Request
 __all__ = (
     "WarmUpPlan",
     "computed_tokens",
+    "fallen_targets",
     "hit_targets",
     "outcome",
     "plan_warm_up",
@@ -150,3 +151,23 @@ def outcome(pf: Prefetch, *, hit: bool) -> PrefetchOutcome:
     if any(r.stopped for r in pf.requests):
         return PrefetchOutcome.CANCELLED
     return PrefetchOutcome.WASTED
+
+
+def fallen_targets(
+    prefetches: Mapping[str, Prefetch],
+    predictions: Sequence[tuple[str, float]],
+    min_p: float,
+    keep: Collection[str] = (),
+) -> list[str]:
+    """Speculative targets whose re-ranked probability fell below ``min_p`` while a request of
+    theirs still runs (stopping it saves the rest of its prefill); ``keep`` (a hinted target)
+    never falls."""
+    probability = dict(predictions)
+    return [
+        target
+        for target, pf in prefetches.items()
+        if target not in keep
+        and pf.record.speculative
+        and probability.get(target, 0.0) < min_p
+        and any(r.running for r in pf.requests)
+    ]

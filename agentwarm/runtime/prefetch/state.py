@@ -19,6 +19,7 @@ from agentwarm.engines.base import PrefillResult, PrefillStatus
 
 if TYPE_CHECKING:
     from agentwarm._spec import NodeSpec
+    from agentwarm.predictors import StepContext
     from agentwarm.runtime.admission import Ticket
     from agentwarm.runtime.records import PrefetchRecord, StepRecord
 
@@ -108,6 +109,15 @@ class StepScope:
     deferred: bool = False
     lead_s: float | None = None
     """When the step's first LLM call started (seconds after ``started``; set by the run)."""
+    context: StepContext | None = None
+    """The conversation ``predictions`` were made in (``None``: no transcript read)."""
+    hinted: str | None = None
+    """The successor the step's output named (mid-decode or after an LLM call), if any."""
+    mid_hint: tuple[str, float] | None = None
+    """The successor the step's streamed output named before its LLM call returned, and when
+    (``time.perf_counter()``): a mid-decode hint."""
+    fallen: set[str] = field(default_factory=set)
+    """Targets stopped because a re-ranking put them below ``min_p`` (not extended any more)."""
 
     @property
     def requests_running(self) -> int:
