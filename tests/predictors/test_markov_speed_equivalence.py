@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentwarm.predictors import END, START, MarkovPredictor, default_predictor
+from agentwarm.predictors import END, START, MarkovPredictor, path_predictor
 from agentwarm.predictors.base import rank, support
 from agentwarm.predictors.markov import DEFAULT_FEATURES, DEFAULT_RECENT_HALF_LIFE
 from agentwarm.predictors.markov.model import MAX_PREPARED_PATHS
@@ -311,7 +311,7 @@ def random_walks(n: int, seed: int, nodes: int, length: int) -> list[list[str]]:
 
 
 def test_the_default_predicts_and_learns_as_the_reference_on_long_random_walks() -> None:
-    model = default_predictor()
+    model = path_predictor()
     ref = Reference(features=DEFAULT_FEATURES, recent_half_life=DEFAULT_RECENT_HALF_LIFE)
     candidates = ["n0", "n1", "n2", "n3", END]
     for walk in random_walks(60, seed=3, nodes=8, length=40):
@@ -328,7 +328,7 @@ def test_the_default_predicts_and_learns_as_the_reference_on_long_random_walks()
 
 
 def test_a_lone_candidate_is_certain_as_before() -> None:
-    model = default_predictor()
+    model = path_predictor()
     ref = Reference(features=DEFAULT_FEATURES, recent_half_life=DEFAULT_RECENT_HALF_LIFE)
     for walk in random_walks(20, seed=5, nodes=4, length=6):
         model.observe(walk, "n1")
@@ -344,7 +344,7 @@ def test_a_lone_candidate_is_certain_as_before() -> None:
 
 
 def test_the_default_keeps_at_most_max_contexts_per_expert() -> None:
-    model = default_predictor()
+    model = path_predictor()
     assert model.max_contexts == 4096
     for walk in random_walks(20_000, seed=7, nodes=40, length=12):
         model.observe(walk, "n0")
@@ -356,7 +356,7 @@ def test_the_default_keeps_at_most_max_contexts_per_expert() -> None:
 
 
 def test_paths_predicted_without_observing_are_not_all_kept() -> None:
-    model = default_predictor()
+    model = path_predictor()
     model.observe(["a"], "b")
     for walk in random_walks(1_000, seed=1, nodes=10, length=8):
         model.predict(walk, candidates=["a", "b"])

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from agentwarm.predictors import END, MarkovPredictor, default_predictor
+from agentwarm.predictors import END, MarkovPredictor, path_predictor
 from agentwarm.predictors._features import CAP, FEATURES, key
 
 
@@ -30,7 +30,7 @@ def right_steps(model: MarkovPredictor, run: list[str]) -> list[bool]:
 
 
 def test_default_mixes_the_markov_model_with_four_experts() -> None:
-    model = default_predictor()
+    model = path_predictor()
     assert isinstance(model, MarkovPredictor)
     assert model.experts == ("markov", "recent", "run", "count", "visited")
     assert model.weights == dict.fromkeys(model.experts, 0.2)
@@ -54,7 +54,7 @@ FIVE_READS = ["list", *["read"] * 5, "write"]
 
 
 def test_run_length_decides_when_a_per_item_loop_ends() -> None:
-    old, new = MarkovPredictor(), default_predictor()
+    old, new = MarkovPredictor(), path_predictor()
     train(old, [FIVE_READS] * 20)
     train(new, [FIVE_READS] * 20)
     # Targets: read x5, write, END. The old model says "read" after the fifth read.
@@ -73,7 +73,7 @@ THREE_TESTS = ["plan", "edit", "test", "edit", "test", "edit", "test", "submit"]
 
 
 def test_count_decides_when_retries_end() -> None:
-    old, new = MarkovPredictor(), default_predictor()
+    old, new = MarkovPredictor(), path_predictor()
     train(old, [THREE_TESTS] * 20)
     train(new, [THREE_TESTS] * 20)
     assert right_steps(old, THREE_TESTS) == [True] * 6 + [False, True]
@@ -93,7 +93,7 @@ def supervisor_runs(n: int, seed: int) -> list[list[str]]:
 
 
 def test_visited_set_routes_to_the_worker_not_yet_called() -> None:
-    old, new = MarkovPredictor(), default_predictor()
+    old, new = MarkovPredictor(), path_predictor()
     train(old, supervisor_runs(60, seed=0))
     train(new, supervisor_runs(60, seed=0))
     old_right = new_right = 0
@@ -126,7 +126,7 @@ def takeover(model: MarkovPredictor, old: int) -> int:
 
 def test_recent_expert_follows_a_change_sooner() -> None:
     assert takeover(MarkovPredictor(), old=1000) == 196
-    assert takeover(default_predictor(), old=1000) == 11
+    assert takeover(path_predictor(), old=1000) == 11
     assert takeover(MarkovPredictor(recent_half_life=10.0), old=1000) < 196
 
 
@@ -168,7 +168,7 @@ def test_contexts_beyond_max_contexts_drop_the_least_recently_observed() -> None
         ["d", 1],
     ]
     assert model.num_contexts == 1 + 2
-    bounded = default_predictor()
+    bounded = path_predictor()
     bounded.max_contexts = 20
     train(bounded, supervisor_runs(50, seed=4))
     assert bounded.num_contexts <= 20 * len(bounded.experts)
@@ -176,7 +176,7 @@ def test_contexts_beyond_max_contexts_drop_the_least_recently_observed() -> None
 
 def test_first_order_view_is_the_order_one_model() -> None:
     runs = supervisor_runs(30, seed=5) + [THREE_TESTS] * 3
-    model, order1 = default_predictor(), MarkovPredictor(1)
+    model, order1 = path_predictor(), MarkovPredictor(1)
     train(model, runs)
     train(order1, runs)
     view = model.first_order_view()
@@ -217,7 +217,7 @@ def test_first_order_view_is_the_order_one_model() -> None:
     ],
 )
 def test_from_dict_rejects_bad_expert_state(patch: dict[str, object], message: str) -> None:
-    model = default_predictor()
+    model = path_predictor()
     train(model, [FIVE_READS])
     with pytest.raises(ValueError, match=message):
         MarkovPredictor.from_dict({**model.to_dict(), **patch})

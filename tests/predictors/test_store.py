@@ -11,19 +11,23 @@ from agentwarm.errors import PredictorStateError
 from agentwarm.predictors import (
     END,
     FORMAT_VERSION,
+    ContentPredictor,
     FirstOrderPredictor,
     MarkovPredictor,
     PredictorStateWarning,
     PredictorStore,
+    StepContext,
     default_predictor,
     default_state_dir,
     node_fingerprint,
+    path_predictor,
 )
 
 NODES = ["triage", "billing", "refund", END]
 
 
 def trained() -> MarkovPredictor:
+    """A path model (kind "markov", as the default before the content predictor saved)."""
     model = MarkovPredictor()
     for _ in range(10):
         model.observe(["triage"], "billing")
@@ -38,6 +42,7 @@ PATHS = [["triage"], ["triage", "refund", "triage"], ["triage", "billing"], []]
 
 
 def test_save_then_load_in_a_new_store_predicts_identically(tmp_path: Path) -> None:
+    """The store's round trip, for the predictor class the factory names."""
     model = trained()
     path = PredictorStore(tmp_path).save("support", model, nodes=NODES)
     assert path == tmp_path / "support.json"
@@ -50,7 +55,9 @@ def test_save_then_load_in_a_new_store_predicts_identically(tmp_path: Path) -> N
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        loaded = PredictorStore(tmp_path).load("support", nodes=reversed(NODES))
+        loaded = PredictorStore(tmp_path).load(
+            "support", nodes=reversed(NODES), factory=MarkovPredictor
+        )
     assert isinstance(loaded, MarkovPredictor)
     for p in PATHS:
         assert loaded.predict(p, candidates=NODES) == model.predict(p, candidates=NODES)
@@ -113,7 +120,9 @@ def test_unusable_file_is_moved_aside_with_a_warning_and_learning_restarts(
     with pytest.warns(PredictorStateWarning, match="support.json") as record:
         fresh = store.load("support", nodes=NODES)
     assert "support.corrupt-" in str(record[0].message)
-    assert isinstance(fresh, MarkovPredictor) and fresh.observations == 0
+    # A file of the old default (kind "markov") read for the new one: set aside all the same.
+    assert isinstance(fresh, ContentPredictor) and fresh.observations == 0
+    assert fresh.path.observations == 0
     assert not path.exists()
     aside = sorted(tmp_path.glob("support.corrupt-*.json"))
     assert len(aside) == 1
@@ -227,9 +236,12 @@ def test_default_state_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 def test_default_predictor_round_trips_through_the_store(tmp_path: Path) -> None:
     model = default_predictor()
+    assert isinstance(model, ContentPredictor)
+    asked = StepContext(first_user="refund please", last_user="refund please")
+    answered = StepContext(first_user="refund please", last_tool_result="error: no order")
     for _ in range(4):
-        for path, nxt in [(["triage"], "refund"), (["triage", "refund"], "triage")]:
-            model.observe(path, nxt)
+        model.observe_in(["triage"], "refund", asked)
+        model.observe_in(["triage", "refund"], "triage", answered)
         model.observe(["triage", "refund", "triage"], "billing")
         model.observe(["triage", "refund", "triage", "billing"], END)
     store = PredictorStore(tmp_path)
@@ -237,11 +249,37 @@ def test_default_predictor_round_trips_through_the_store(tmp_path: Path) -> None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = store.load("support", nodes=NODES)
-    assert isinstance(loaded, MarkovPredictor)
-    assert loaded.experts == model.experts
+    assert isinstance(loaded, ContentPredictor)
+    assert loaded.path.experts == model.path.experts
+    assert (loaded.observations, loaded.path.observations) == (8, 16)
     assert loaded.to_dict() == model.to_dict()
     for p in [*PATHS, ["triage", "refund", "triage", "billing"]]:
         assert loaded.predict(p, candidates=NODES) == model.predict(p, candidates=NODES)
+        for context in (asked, answered):
+            expected = model.predict_in(p, context, candidates=NODES)
+            assert loaded.predict_in(p, context, candidates=NODES) == expected
+
+
+def test_a_file_of_the_old_default_loads_into_the_new_one(tmp_path: Path) -> None:
+    """A state the path-only default saved (kind "markov") is wrapped, nothing learned lost:
+    the content predictor then predicts exactly as the saved path model, and saves as itself."""
+    model = trained()
+    store = PredictorStore(tmp_path)
+    store.save("support", model, nodes=NODES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = PredictorStore(tmp_path).load("support", nodes=NODES)
+    assert isinstance(loaded, ContentPredictor)
+    assert loaded.path.to_dict() == model.to_dict() and loaded.observations == 0
+    context = StepContext(last_user="refund please")
+    for p in PATHS:
+        assert loaded.predict(p, candidates=NODES) == model.predict(p, candidates=NODES)
+        # In context, before any content is learned: the path model's, up to rounding.
+        expected = dict(model.predict(p, candidates=NODES))
+        assert dict(loaded.predict_in(p, context, candidates=NODES)) == pytest.approx(expected)
+    PredictorStore(tmp_path).save("support", loaded, nodes=NODES)
+    saved = json.loads((tmp_path / "support.json").read_text())["predictor"]
+    assert saved["kind"] == "content" and saved["path"] == model.to_dict()
 
 
 def test_version_1_file_is_set_aside_for_the_new_default(tmp_path: Path) -> None:
@@ -253,8 +291,8 @@ def test_version_1_file_is_set_aside_for_the_new_default(tmp_path: Path) -> None
     assert FORMAT_VERSION == 2
     with pytest.warns(PredictorStateWarning, match="format version 1, this agentwarm reads 2"):
         fresh = PredictorStore(tmp_path).load("support", nodes=NODES)
-    assert isinstance(fresh, MarkovPredictor)
-    assert fresh.experts == default_predictor().experts and fresh.observations == 0
+    assert isinstance(fresh, ContentPredictor)
+    assert fresh.path.experts == path_predictor().experts and fresh.path.observations == 0
     assert len(list(tmp_path.glob("support.corrupt-*.json"))) == 1
 
 

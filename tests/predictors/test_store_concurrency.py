@@ -22,6 +22,7 @@ from agentwarm import load_workflow
 from agentwarm.errors import PredictorStateError
 from agentwarm.predictors import (
     END,
+    ContentPredictor,
     FirstOrderPredictor,
     MarkovPredictor,
     PredictorStateWarning,
@@ -102,24 +103,27 @@ def test_repeated_interleaved_saves_add_only_what_is_new(tmp_path: Path) -> None
 
 
 def test_default_predictor_merge_keeps_every_observation(tmp_path: Path) -> None:
-    """Decayed counts and the mixture: the observation count is exact, every successor
-    either process saw is known, weights are the last writer's, and counts are the sum to
-    first order in the decay."""
+    """The default's path experts (decayed counts and the mixture), merged through the store:
+    the observation count is exact, every successor either process saw is known, weights are
+    the last writer's, and counts are the sum to first order in the decay. (What the content
+    model learned merges too: tests/predictors/test_content.py.)"""
     seed = default_predictor()
     learn(seed, BILLING, 3)
     PredictorStore(tmp_path).save("support", seed, nodes=NODES)
     store_a, store_b = PredictorStore(tmp_path), PredictorStore(tmp_path)
     a = store_a.load("support", NODES)
     b = store_b.load("support", NODES)
+    assert isinstance(a, ContentPredictor) and isinstance(b, ContentPredictor)
     learn(a, BILLING, 4)
     learn(b, REFUND, 2)
     store_a.save("support", a, NODES)
     store_b.save("support", b, NODES)
 
-    saved = saved_state(tmp_path)
+    saved = saved_state(tmp_path)["path"]
     assert saved["observations"] == 3 * 2 + 4 * 2 + 2 * 4
     assert set(saved["known"]) == {"triage", "billing", "refund", END}
-    assert saved["weights"] == b.to_dict()["weights"]
+    assert saved_state(tmp_path)["known"] == saved["known"]
+    assert saved["weights"] == b.path.to_dict()["weights"]
     # ("triage",) -> billing: 3 seeded + 4 by A + 2 by B, decayed by a factor of about 1.
     billing = by_context(saved)[("triage",)]["billing"]
     assert billing == pytest.approx(3 + 4 + 2, rel=0.05)
@@ -237,11 +241,12 @@ def test_two_cli_processes_on_one_state_dir_keep_the_sum(
     store = PredictorStore(state_dir)
     saved = json.loads(store.path_for(name).read_text())["predictor"]
     # One observation per step (its transition to the next node, or to END): the sum of both.
-    assert saved["observations"] == sum(steps) == 2 * RUNS * 5
+    assert saved["path"]["observations"] == sum(steps) == 2 * RUNS * 5
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = store.load(name, nodes=load_workflow(flow).graph.nodes)
-    assert isinstance(loaded, MarkovPredictor) and loaded.observations == 2 * RUNS * 5
+    assert isinstance(loaded, ContentPredictor) and loaded.path.observations == 2 * RUNS * 5
+    assert loaded.observations == saved["observations"]
     assert not list(state_dir.glob("*.corrupt-*"))
 
 

@@ -1,14 +1,18 @@
 """Issue 10, item 13: any invalid state file is set aside with a warning, never a crash.
 
-Every corruption below is written over a valid state file; loading it must not raise, must
-move the exact bytes to ``support.corrupt-*.json``, warn with both paths, and restart learning
-(a fresh predictor that saves and loads again cleanly).
+Every corruption below is written over a valid state file of the default predictor (a
+:class:`~agentwarm.predictors.ContentPredictor`: its path experts' state under ``path``, its
+own weights and example memory beside); loading it must not raise, must move the exact bytes to
+``support.corrupt-*.json``, warn with both paths, and restart learning (a fresh predictor that
+saves and loads again cleanly).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -23,12 +27,14 @@ from agentwarm import load_workflow
 from agentwarm.predictors import (
     END,
     FORMAT_VERSION,
+    ContentPredictor,
     FirstOrderPredictor,
-    MarkovPredictor,
     PredictorStateWarning,
     PredictorStore,
+    StepContext,
     default_predictor,
     node_fingerprint,
+    path_predictor,
 )
 from agentwarm.predictors import store as store_module
 
@@ -38,13 +44,25 @@ HUGE = "9" * 400  # an integer JSON decodes exactly, too large for a float
 Doc = dict[str, Any]
 
 
-def trained() -> MarkovPredictor:
+BILL = StepContext(first_user="my bill", last_user="my bill is wrong")
+REFUND = StepContext(first_user="refund", last_user="refund my order", last_tool_result="[]")
+
+
+def trained() -> ContentPredictor:
+    """24 path observations, 8 of them in context (so weights and memory are saved too)."""
     model = default_predictor()
-    for _ in range(6):
-        model.observe(["triage"], "billing")
-        model.observe(["triage", "billing"], END)
-        model.observe(["triage"], "refund")
-        model.observe(["triage", "refund"], END)
+    for i in range(6):
+        if i < 2:
+            model.observe_in(["triage"], "billing", BILL)
+            model.observe_in(["triage", "billing"], END, BILL)
+            model.observe_in(["triage"], "refund", REFUND)
+            model.observe_in(["triage", "refund"], END, REFUND)
+        else:
+            model.observe(["triage"], "billing")
+            model.observe(["triage", "billing"], END)
+            model.observe(["triage"], "refund")
+            model.observe(["triage", "refund"], END)
+    assert (model.observations, model.path.observations) == (8, 24)
     return model
 
 
@@ -57,6 +75,41 @@ def with_predictor(**fields: Any) -> Callable[[Doc, bytes], bytes]:
         return json.dumps({**doc, "predictor": state}).encode()
 
     return corrupt
+
+
+def with_path(**fields: Any) -> Callable[[Doc, bytes], bytes]:
+    """A valid document whose path experts' state has ``fields`` replaced (``...``: removed)."""
+
+    def corrupt(doc: Doc, raw: bytes) -> bytes:
+        path = {**doc["predictor"]["path"], **fields}
+        path = {k: v for k, v in path.items() if v is not ...}
+        return json.dumps({**doc, "predictor": {**doc["predictor"], "path": path}}).encode()
+
+    return corrupt
+
+
+def with_memory(**fields: Any) -> Callable[[Doc, bytes], bytes]:
+    """A valid document whose example memory has ``fields`` replaced."""
+
+    def corrupt(doc: Doc, raw: bytes) -> bytes:
+        memory = {**doc["predictor"]["memory"], **fields}
+        return json.dumps({**doc, "predictor": {**doc["predictor"], "memory": memory}}).encode()
+
+    return corrupt
+
+
+def with_weights(transform: Callable[[Doc], dict[str, Any]]) -> Callable[[Doc, bytes], bytes]:
+    """A valid document whose predictor fields ``transform(predictor state)`` replaced."""
+
+    def corrupt(doc: Doc, raw: bytes) -> bytes:
+        state = doc["predictor"]
+        return json.dumps({**doc, "predictor": {**state, **transform(state)}}).encode()
+
+    return corrupt
+
+
+def _floats(values: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii")
 
 
 def with_doc(**fields: Any) -> Callable[[Doc, bytes], bytes]:
@@ -83,11 +136,13 @@ def first_count(value: str) -> Callable[[Doc, bytes], bytes]:
     """Set the first count of the first Markov context to the JSON literal ``value``."""
 
     def corrupt(doc: Doc, raw: bytes) -> bytes:
-        context, table = doc["predictor"]["contexts"][0]
+        path = doc["predictor"]["path"]
+        context, table = path["contexts"][0]
         name = next(iter(table))
         marker = "__COUNT__"
-        entries = [[context, {**table, name: marker}], *doc["predictor"]["contexts"][1:]]
-        text = json.dumps({**doc, "predictor": {**doc["predictor"], "contexts": entries}})
+        entries = [[context, {**table, name: marker}], *path["contexts"][1:]]
+        state = {**doc["predictor"], "path": {**path, "contexts": entries}}
+        text = json.dumps({**doc, "predictor": state})
         return text.replace(f'"{marker}"', value, 1).encode()
 
     return corrupt
@@ -99,11 +154,11 @@ CORRUPTIONS: dict[str, Callable[[Doc, bytes], bytes]] = {
     "observations huge int": replace_text('"observations": 24', f'"observations": {HUGE}'),
     "observations -1e4000": replace_text('"observations": 24', '"observations": -1e4000'),
     "observations NaN": replace_text('"observations": 24', '"observations": NaN'),
-    "observations 2**64": with_predictor(observations=2**64),
-    "observations float": with_predictor(observations=24.0),
-    "observations negative": with_predictor(observations=-3),
-    "observations bool": with_predictor(observations=True),
-    "observations string": with_predictor(observations="24"),
+    "observations 2**64": with_path(observations=2**64),
+    "observations float": with_path(observations=24.0),
+    "observations negative": with_path(observations=-3),
+    "observations bool": with_path(observations=True),
+    "observations string": with_path(observations="24"),
     "count 1e4000 (inf)": first_count("1e4000"),
     "count huge int": first_count(HUGE),
     "count NaN": first_count("NaN"),
@@ -117,20 +172,27 @@ CORRUPTIONS: dict[str, Callable[[Doc, bytes], bytes]] = {
     "backoff NaN": replace_text('"backoff": 2.0', '"backoff": NaN'),
     "max_order huge int": replace_text('"max_order": 3', f'"max_order": {HUGE}'),
     "max_contexts huge int": replace_text('"max_contexts": 4096', f'"max_contexts": {HUGE}'),
-    "weights inf": with_predictor(weights=[1.0, 0, 0, 0, float("inf")]),
-    "weights wrong length": with_predictor(weights=[1.0]),
+    "weights inf": with_path(weights=[1.0, 0, 0, 0, float("inf")]),
+    "weights wrong length": with_path(weights=[1.0]),
     "feature key huge int": replace_text('["triage", 1]', f'["triage", {HUGE}]'),
     # Wrong types and shapes.
-    "contexts not a list": with_predictor(contexts={"triage": {"billing": 1}}),
-    "context entry too short": with_predictor(contexts=[[["triage"]]]),
+    "contexts not a list": with_path(contexts={"triage": {"billing": 1}}),
+    "context entry too short": with_path(contexts=[[["triage"]]]),
     "known not a list": with_predictor(known="billing"),
+    "path known not a list": with_path(known="billing"),
+    "path not an object": with_predictor(path=[1, 2]),
+    "path of another kind": with_predictor(path=FirstOrderPredictor().to_dict()),
     "predictor not an object": with_doc(predictor=[1, 2]),
     "nodes not a list": with_doc(nodes="triage"),
     "unknown top-level key": with_doc(extra=1),
     "unknown predictor key": with_predictor(extra=1),
+    "unknown path key": with_path(extra=1),
     # Missing keys.
     "missing observations": with_predictor(observations=...),
-    "missing contexts": with_predictor(contexts=...),
+    "missing path observations": with_path(observations=...),
+    "missing contexts": with_path(contexts=...),
+    "missing path": with_predictor(path=...),
+    "missing memory": with_predictor(memory=...),
     "missing predictor": with_doc(predictor=...),
     "missing nodes": with_doc(nodes=...),
     "missing version": with_doc(version=...),
@@ -159,6 +221,32 @@ CORRUPTIONS: dict[str, Callable[[Doc, bytes], bytes]] = {
     "known names a removed node": lambda doc, raw: with_predictor(
         known=[*doc["predictor"]["known"], "sales"]
     )(doc, raw),
+    "path knows a removed node": lambda doc, raw: with_path(
+        known=[*doc["predictor"]["path"]["known"], "sales"]
+    )(doc, raw),
+    # The content model's own state: weights, offsets, example memory.
+    "content observations negative": with_predictor(observations=-1),
+    "content offsets inf": with_predictor(offsets=[1.0, float("inf")]),
+    "content offsets one number": with_predictor(offsets=[1.0]),
+    "content buckets zero": with_predictor(buckets=0),
+    "content rows not ascending": with_weights(lambda p: {"rows": p["rows"][::-1]}),
+    "content row repeated": with_weights(lambda p: {"rows": [p["rows"][0], *p["rows"]]}),
+    "content row beyond buckets": with_weights(lambda p: {"rows": [*p["rows"][:-1], 1 << 14]}),
+    "content data size": with_weights(lambda p: {"data": p["data"][:-8]}),
+    "content data not base64": with_weights(lambda p: {"data": "!" + p["data"][1:]}),
+    "content weights NaN": with_weights(
+        lambda p: {"data": _floats([float("nan")] * (len(p["rows"]) * len(p["classes"])))}
+    ),
+    "content too many classes": with_predictor(max_classes=1),
+    "content class repeated": with_weights(lambda p: {"classes": [p["classes"][0]] * 2}),
+    "content class not a node": with_weights(lambda p: {"classes": ["sales", *p["classes"][1:]]}),
+    "memory mask not hex": with_weights(
+        lambda p: {"memory": {**p["memory"], "examples": [["triage", "^", "xyz", "billing"]]}}
+    ),
+    "memory example too short": with_memory(examples=[["triage", "^", "ff"]]),
+    "memory next not a node": with_memory(examples=[["triage", "^", "ff", "sales"]]),
+    "memory per_node zero": with_memory(per_node=0),
+    "memory power NaN": replace_text('"power": 3.0', '"power": NaN'),
     # Not JSON at all, or not an object.
     "truncated": lambda doc, raw: raw[: len(raw) // 2],
     "empty": lambda doc, raw: b"",
@@ -197,9 +285,10 @@ def test_invalid_file_is_set_aside_and_learning_restarts(tmp_path: Path, case: s
     assert str(path) in messages[0] and str(aside[0]) in messages[0]  # both paths named
     assert not path.exists()
 
-    assert isinstance(fresh, MarkovPredictor)
-    assert fresh.observations == 0 and fresh.experts == default_predictor().experts
-    fresh.observe(["triage"], "refund")
+    assert isinstance(fresh, ContentPredictor)
+    assert fresh.observations == 0 and fresh.path.observations == 0
+    assert fresh.path.experts == path_predictor().experts
+    fresh.observe_in(["triage"], "refund", REFUND)
     store.save("support", fresh, nodes=NODES)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -214,7 +303,7 @@ def test_file_over_the_size_limit_is_set_aside_unparsed(
     monkeypatch.setattr(store_module, "MAX_STATE_BYTES", len(raw) - 1)
     with pytest.warns(PredictorStateWarning, match="byte limit"):
         fresh = PredictorStore(tmp_path).load("support", nodes=NODES)
-    assert isinstance(fresh, MarkovPredictor) and fresh.observations == 0
+    assert isinstance(fresh, ContentPredictor) and fresh.path.observations == 0
     assert [p.read_bytes() for p in tmp_path.glob("support.corrupt-*.json")] == [raw]
 
 
@@ -243,8 +332,8 @@ PROBLEMS: dict[str, str] = {
     "fingerprint not hex": "field 'fingerprint'",
     "nodes unsorted": "lists its nodes unsorted or more than once",
     "nodes repeated": "lists its nodes unsorted or more than once",
-    "other kind": "holds a predictor of kind 'first_order', expected 'markov'",
-    "predictor without kind": "holds a predictor of kind None, expected 'markov'",
+    "other kind": "holds a predictor of kind 'first_order', expected 'content'",
+    "predictor without kind": "holds a predictor of kind None, expected 'content'",
     "known names a removed node": "knows successors that are not nodes: ['sales']",
     "unknown top-level key": "field 'extra': Extra inputs are not permitted",
     "top level list": "must be a JSON object, got list",
@@ -304,4 +393,5 @@ def test_cli_run_survives_an_overflowing_state_file(tmp_path: Path) -> None:
     aside = list(state_dir.glob(f"{path.stem}.corrupt-*.json"))
     assert len(aside) == 1 and HUGE in aside[0].read_text()
     saved = json.loads(path.read_text())
-    assert saved["predictor"]["observations"] == 8  # two runs of two steps, twice, afresh
+    # Two runs of two steps, twice, afresh (the path experts' count: one per step).
+    assert saved["predictor"]["path"]["observations"] == 8
