@@ -44,8 +44,8 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, Mapping)]
-        return "\n".join(p for p in parts if isinstance(p, str))
+        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        return "\n".join(p for p in parts if isinstance(p, str) and p)
     return ""
 
 
