@@ -128,6 +128,7 @@ async def test_the_hinted_successor_is_sent_before_the_stream_ends():
     first = triage.prefetches[0]
     assert (first.target, first.rank, first.kind) == ("lookup", -1, PrefetchKind.SPECULATIVE)
     assert first.outcome == PrefetchOutcome.HIT and lookup.prefetched
+    assert first.issued_after_s <= triage.hint_at_s  # sent by the hint, not after the call
     assert [p.target for p in triage.prefetches if p.speculative].count("lookup") == 1
     assert (lookup.hint_node, lookup.hint_at_s, lookup.hint_lead_s) == (None, None, None)
 
