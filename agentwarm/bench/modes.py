@@ -80,7 +80,7 @@ def pretrain(predictor: Predictor, workload: Workload, episodes: Sequence[Episod
         else:
             names = (workload.entry, *episode.steps, END)
             examples += [(names[: k + 1], names[k + 1], None) for k in range(len(names) - 1)]
-    return fit(predictor, examples).transitions
+    return fit(predictor, examples, score=False).transitions
 
 
 @dataclass

@@ -81,20 +81,22 @@ class RunLike(Protocol):
 class FitResult:
     """What :func:`fit` did: transitions learned, examples skipped (per reason), and the top-1
     accuracy of the predictor on each example just before learning it (prequential), reading
-    the context (``top1``) and on the path alone (``top1_path``); ``None`` without examples."""
+    the context (``top1``) and on the path alone (``top1_path``); ``None`` without examples or
+    when not ``scored``."""
 
     transitions: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     correct: int = 0
     correct_path: int = 0
+    scored: bool = True
 
     @property
     def top1(self) -> float | None:
-        return self.correct / self.transitions if self.transitions else None
+        return self.correct / self.transitions if self.transitions and self.scored else None
 
     @property
     def top1_path(self) -> float | None:
-        return self.correct_path / self.transitions if self.transitions else None
+        return self.correct_path / self.transitions if self.transitions and self.scored else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +125,7 @@ def fit(
     *,
     nodes: Collection[str] | None = None,
     candidates: Callable[[tuple[str, ...]], Sequence[str] | None] | None = None,
+    score: bool = True,
 ) -> FitResult:
     """Teach ``predictor`` every example in order (:func:`~agentwarm.predictors.context.
     observe_with`, with its context when it has one); return what was done.
@@ -130,22 +133,25 @@ def fit(
     With ``nodes`` (the workflow's node names), an example naming another node (``END``
     aside) is skipped, counted under ``"unknown node <name>"``. ``candidates(path)`` gives the
     successors the runtime would predict over (default: none, every observed successor);
-    it is used only for the top-1 figures.
+    it is used only for the top-1 figures, which ``score=False`` leaves out.
     """
-    result = FitResult()
+    result = FitResult(scored=score)
     for example in examples:
         path, nxt, context = example
         missing = _unknown(example, nodes) if nodes is not None else None
         if missing is not None:
             result.skipped[f"unknown node {missing}"] += 1
             continue
-        allowed = candidates(path) if candidates is not None else None
-        plain = _top(predict_with(predictor, path, None, candidates=allowed))
-        read = plain
-        if context is not None:
-            read = _top(predict_with(predictor, path, None, candidates=allowed, context=context))
-        result.correct += read == nxt
-        result.correct_path += plain == nxt
+        if score:
+            allowed = candidates(path) if candidates is not None else None
+            plain = _top(predict_with(predictor, path, None, candidates=allowed))
+            read = plain
+            if context is not None:
+                read = _top(
+                    predict_with(predictor, path, None, candidates=allowed, context=context)
+                )
+            result.correct += read == nxt
+            result.correct_path += plain == nxt
         observe_with(predictor, path, nxt, context)
         result.transitions += 1
     return result

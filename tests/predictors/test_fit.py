@@ -145,9 +145,13 @@ def test_fit_learns_each_example_with_its_context_and_skips_unknown_nodes() -> N
     assert learned.predict(("entry",), {}, candidates=["cancel", "rebook", END])[0][0] == "cancel"
 
 
-def test_fit_without_examples_has_no_figures() -> None:
+def test_fit_without_examples_or_scoring_has_no_figures() -> None:
     result = fit(default_predictor(), [])
     assert (result.transitions, result.top1, result.top1_path) == (0, None, None)
+    predictor = Recording()
+    result = fit(predictor, [(("a",), "b", None)] * 3, score=False)
+    assert (result.transitions, result.top1, result.top1_path) == (3, None, None)
+    assert predictor.predicted == []
 
 
 def _airline(tmp_path: Path, n: int = 3) -> Path:
