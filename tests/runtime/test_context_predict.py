@@ -68,12 +68,14 @@ class ToolResultPredictor:
 
 
 def make_support(*, wait: bool = True) -> WorkflowGraph:
-    """act (LLM call, then a tool result from ``ctx.state["tool"]``) -> lookup | refunds."""
+    """act (LLM call, then the tool result ``ctx.state["tool"]``, or each of
+    ``ctx.state["tools"]``) -> lookup | refunds."""
 
     @node(name="act", entry=True, system=SYSTEM["act"], next=["lookup", "refunds", END])
     async def act(ctx: Context) -> str:
         await ctx.llm(ctx.input, max_tokens=4)
-        ctx.add(ctx.state["tool"], name="check")
+        for tool in ctx.state.get("tools") or [ctx.state["tool"]]:
+            ctx.add(tool, name="check")
         if wait:
             await step_prefetches_done(ctx)
         return ctx.state["next"]
@@ -205,3 +207,23 @@ async def test_a_path_predictor_is_not_re_ranked():
     assert predictor.observed == [(("act",), "refunds"), (("act", "refunds"), END)]
     targets = [p.target for p in result.steps[0].prefetches if p.speculative]
     assert sorted(targets) == ["lookup", "refunds"]
+
+
+async def test_a_stopped_candidate_that_rises_again_is_sent_again():
+    """order -> lookup; a refund result: lookup stopped, refunds started; an order result
+    again: refunds stopped, lookup sent again (its second request) and a hit."""
+    predictor = ToolResultPredictor()
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    wf = make_support().compile()
+    result = await wf.run(
+        "where is my order?",
+        engine=engine,
+        predictor=predictor,
+        state={"tools": ["refund approved", "order 4471 found after all"], "next": "lookup"},
+    )
+    act = result.steps[0]
+    assert [(p.target, p.requests, p.outcome) for p in act.prefetches if p.speculative] == [
+        ("lookup", 2, PrefetchOutcome.HIT),
+        ("refunds", 1, PrefetchOutcome.CANCELLED),
+    ]
+    assert result.steps[1].prefetched

@@ -139,15 +139,20 @@ class Reading:
             self._swallow(exc, "re-predicting the successors of step %r", scope.spec.name)
             return False
 
-    def _stop_fallen(self, scope: StepScope) -> None:
+    def _stop_fallen(self, scope: StepScope) -> list[str]:
         """After a re-prediction: stop the running candidates that fell below ``min_p`` (not a
-        hinted one); they are not extended any more in this step."""
+        hinted one; they are not extended while they stay there). Returns the ones stopped
+        earlier that rose above it again: to be sent again."""
         limits = self.guardrail.limits(self.policy)
+        p = dict(scope.predictions)
+        risen = [t for t in scope.fallen if p.get(t, 0.0) >= limits.min_p]
+        scope.fallen.difference_update(risen)
         keep = [scope.hinted] if scope.hinted is not None else []
         for target in fallen_targets(scope.prefetches, scope.predictions, limits.min_p, keep):
             scope.fallen.add(target)
             for req in scope.prefetches[target].requests:
                 self._sender.stop(req)
+        return risen
 
     async def generate(
         self,

@@ -176,12 +176,12 @@ class Prefetcher(Reading):
                 self._speculate(scope, self._hinted(scope, output_text))
                 return
             hinted = self._hinted(scope, output_text)
-            if reranked:
-                self._stop_fallen(scope)  # before extending them
-            targets = [t for t in scope.prefetches if t not in scope.fallen]
+            risen = self._stop_fallen(scope) if reranked else []  # before extending them
+            targets = [t for t in scope.prefetches if t not in scope.fallen and t not in risen]
             if hinted is not None and hinted not in scope.prefetches:
                 targets.append(hinted)
             self._extend(scope, targets)
+            self._extend(scope, risen, revive=True)
             if reranked:  # the likely successors not prefetched yet
                 self._speculate(scope)
         except Exception as exc:
