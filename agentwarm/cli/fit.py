@@ -84,6 +84,7 @@ def _fit_workflow(
         candidates=lambda path: workflow.successors(path[-1]) if path else None,
     )
     result.skipped.update(skipped)
+    _require(workflow.name, result)
     saved = store.save(workflow.name, predictor, nodes)
     return _report(workflow.name, runs, result, saved)
 
@@ -112,8 +113,20 @@ def _fit_gateway(gateway: Path, traces: list[Path], conversations: list[Path]) -
     heads = {head.name for head in state.heads}
     result = fit(state.predictor, examples, nodes=heads or None)
     result.skipped.update(skipped)
+    _require(GATEWAY_WORKFLOW, result)
     saved = save_state(gateway, state)
     return _report(GATEWAY_WORKFLOW, len({s.run_id for s in steps}), result, saved)
+
+
+def _require(workflow: str, result: FitResult) -> None:
+    """Nothing is saved when nothing was learned: say why."""
+    if not result.transitions:
+        why = "; ".join(f"{n} skipped: {reason}" for reason, n in result.skipped.most_common(3))
+        raise ConfigError(
+            f"no transition of workflow {workflow!r} to learn in the given files"
+            + (f" ({why})" if why else "")
+            + "; give the traces or conversations of this workflow"
+        )
 
 
 def _report(workflow: str, runs: int, result: FitResult, saved: Path) -> dict[str, Any]:

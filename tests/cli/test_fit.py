@@ -170,17 +170,24 @@ def test_a_gateway_state_is_fitted_from_its_trace(tmp_path: Path) -> None:
         (["{flow}", "--conversations", "{bad_convs}"], "error: {bad_convs}:2: not JSON"),
         (["{flow}", "--trace", "{tmp}/none.jsonl"], "error: {tmp}/none.jsonl: no such trace file"),
         (["--gateway", "{tmp}/gw", "--conversations", "{bad_convs}"], "heads"),
+        (
+            ["{flow}", "--trace", "{gw_trace}"],
+            "error: no transition of workflow 'flow' to learn in the given files "
+            "(4 skipped: step of another workflow (gateway))",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_file_and_line(
     flow: Path, tmp_path: Path, args: list[str], message: str
 ) -> None:
+    gw_trace = _gateway_trace(tmp_path / "gw.jsonl")
     bad_trace = _gateway_trace(tmp_path / "t.jsonl")
     bad_trace.write_text(bad_trace.read_text().replace("\n", "\n{oops\n", 1))
     bad_convs = tmp_path / "c.jsonl"
     good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}
     bad_convs.write_text(json.dumps(good) + "\n{not json\n", encoding="utf-8")
-    names = {"tmp": tmp_path, "flow": flow, "bad_trace": bad_trace, "bad_convs": bad_convs}
+    names = {"tmp": tmp_path, "flow": flow, "gw_trace": gw_trace, "bad_trace": bad_trace}
+    names["bad_convs"] = bad_convs
     result = _fit(*(a.format(**names) for a in args))
     assert result.exit_code == 2, result.output
     assert message.format(**names) in result.stderr
