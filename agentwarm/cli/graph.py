@@ -52,7 +52,7 @@ def learned_probabilities(
     """First-order ``P(next | node)`` over each node's declared successors, from the predictor
     learned in ``state_dir``; ``None`` when nothing was learned for this workflow yet.
 
-    For the default variable-order Markov predictor this is its order-1 estimate (the counts of
+    For the default predictor this is its path experts' order-1 estimate (the counts of
     what followed ``node`` anywhere in a run, blended with overall successor frequencies), i.e.
     the marginal over all the paths that reached ``node``. Other predictors are asked with the
     one-node path ``(node,)``.
@@ -75,8 +75,10 @@ def learned_probabilities(
 
 
 def _first_order_view(predictor: Predictor) -> Predictor:
-    from agentwarm.predictors.markov import MarkovPredictor
+    from agentwarm.predictors import ContentPredictor, MarkovPredictor
 
+    if isinstance(predictor, ContentPredictor):  # the graph shows the path experts' view
+        predictor = predictor.path
     if not isinstance(predictor, MarkovPredictor):
         return predictor
     return predictor.first_order_view()

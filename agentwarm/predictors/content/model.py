@@ -38,7 +38,7 @@ from typing import Any, Self
 import numpy as np
 
 from agentwarm.predictors.base import rank
-from agentwarm.predictors.content import features
+from agentwarm.predictors.content import features, serial
 from agentwarm.predictors.content.memory import ExampleMemory
 from agentwarm.predictors.context import StepContext
 from agentwarm.predictors.markov import MarkovPredictor, path_predictor
@@ -175,26 +175,85 @@ class ContentPredictor:
 
     def to_dict(self) -> dict[str, Any]:
         """Configuration and learned state as JSON data (``kind`` ``"content"``); the weights
-        as the rows that are not all zero."""
-        from agentwarm.predictors.content import serial
-
-        return serial.dump(self)
+        as the rows that are not all zero (:mod:`.serial`)."""
+        path = self.path.to_dict()
+        rows, data = serial.encode_weights([self.weights_of(n) for n in self.classes])
+        return {
+            "kind": self.kind,
+            "known": list(path.get("known", [])),
+            "path": path,
+            "buckets": self.buckets,
+            "max_classes": self.max_classes,
+            "learning_rate": self.learning_rate,
+            "offset_rate": self.offset_rate,
+            "offsets": [float(x) for x in self.offsets],
+            "observations": self.observations,
+            "classes": self.classes,
+            "rows": rows,
+            "data": data,
+            "memory": {
+                "per_node": self.memory.per_node,
+                "k": self.memory.k,
+                "power": self.memory.power,
+                "examples": self.memory.to_list(),
+            },
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """Rebuild from :meth:`to_dict`, or wrap a saved path predictor (``kind`` ``"markov"``,
-        the default before this one) with nothing learned from content yet."""
-        from agentwarm.predictors.content import serial
+        """Rebuild from :meth:`to_dict` (``ValueError`` naming a bad field), or wrap a saved
+        path predictor (``kind`` ``"markov"``, the default before this one): nothing it learned
+        is lost, and nothing is learned from content yet."""
+        if isinstance(data, Mapping) and data.get("kind") == MarkovPredictor.kind:
+            return cls(path=MarkovPredictor.from_dict(data))
+        state = serial.parse(data)
+        model = cls(
+            path=MarkovPredictor.from_dict(state.path),
+            buckets=state.buckets,
+            max_classes=state.max_classes,
+            learning_rate=state.learning_rate,
+            offset_rate=state.offset_rate,
+            memory=serial.memory_of(state),
+        )
+        model.set_weights(state.classes, serial.decode_weights(state))
+        model.offsets = np.array(state.offsets, dtype=float)
+        model.observations = state.observations
+        return model
 
-        return serial.load(cls, data)
+    def _config(self) -> tuple[int, int, int]:
+        return (self.buckets, self.max_classes, self.memory.per_node)
 
     def merged(self, latest: Self, base: Self | None) -> Self:
         """``latest`` plus what this model learned since ``base``: the path experts merge their
         counts; ``W`` adds this model's change (by name); the memory keeps ``latest``'s
-        examples and adds this one's new ones; the offsets are this model's (last writer)."""
-        from agentwarm.predictors.content import serial
+        examples and adds this one's new ones; the offsets are this model's (last writer).
 
-        return serial.merge(self, latest, base)
+        Raises:
+            ValueError: ``latest`` or ``base`` has another configuration.
+        """
+        for other in (latest, base):
+            if other is not None and other._config() != self._config():
+                raise ValueError(f"cannot merge {self!r} with {other!r}: another configuration")
+        out = type(self)(
+            path=self.path.merged(latest.path, base.path if base is not None else None),
+            buckets=self.buckets,
+            max_classes=self.max_classes,
+            learning_rate=self.learning_rate,
+            offset_rate=self.offset_rate,
+            memory=self.memory.merged_with(latest.memory),
+        )
+        classes = list(dict.fromkeys([*latest.classes, *self.classes]))[: self.max_classes]
+        columns = [
+            latest.weights_of(name)
+            + (self.weights_of(name) - (base.weights_of(name) if base is not None else 0.0))
+            for name in classes
+        ]
+        weights = np.stack(columns, axis=1) if columns else np.zeros((self.buckets, 0))
+        out.set_weights(classes, weights.astype(np.float32))
+        out.offsets = self.offsets.copy()
+        before = base.observations if base is not None else 0
+        out.observations = latest.observations + max(0, self.observations - before)
+        return out
 
     def weights_of(self, name: str) -> np.ndarray:
         """The weight column of ``name`` (zeros if it has none), for merging and tests."""

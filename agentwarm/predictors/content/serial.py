@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from agentwarm.predictors import _serial
 from agentwarm.predictors.content.memory import ExampleMemory
-from agentwarm.predictors.markov import MarkovPredictor
 
-if TYPE_CHECKING:
-    from agentwarm.predictors.content.model import ContentPredictor
+__all__ = ("ContentState", "decode_weights", "encode_weights", "memory_of", "parse")
 
-__all__ = ("ContentState", "dump", "load", "merge")
-
-_C = TypeVar("_C", bound="ContentPredictor")
 #: Most buckets accepted (the default is 16,384).
 MAX_BUCKETS = 1 << 22
 #: Most examples in a saved memory.
@@ -97,86 +92,33 @@ class ContentState(BaseModel):
         return self
 
 
-def dump(model: ContentPredictor) -> dict[str, Any]:
-    weights = (
-        np.stack([model.weights_of(n) for n in model.classes], axis=1) if model.classes else None
-    )
-    rows = [] if weights is None else np.flatnonzero(np.any(weights != 0, axis=1)).tolist()
-    data = b"" if weights is None else weights[rows].astype("<f4").tobytes()
-    path = model.path.to_dict()
-    return {
-        "kind": model.kind,
-        "known": list(path.get("known", [])),
-        "path": path,
-        "buckets": model.buckets,
-        "max_classes": model.max_classes,
-        "learning_rate": model.learning_rate,
-        "offset_rate": model.offset_rate,
-        "offsets": [float(x) for x in model.offsets],
-        "observations": model.observations,
-        "classes": model.classes,
-        "rows": rows,
-        "data": base64.b64encode(data).decode("ascii"),
-        "memory": {
-            "per_node": model.memory.per_node,
-            "k": model.memory.k,
-            "power": model.memory.power,
-            "examples": model.memory.to_list(),
-        },
-    }
+def encode_weights(columns: list[np.ndarray]) -> tuple[list[int], str]:
+    """``(rows, data)`` of weight columns (one per class, ``buckets`` long): the rows that are
+    not all zero, and their values as base64 little-endian float32."""
+    if not columns:
+        return [], ""
+    weights = np.stack(columns, axis=1)
+    rows = np.flatnonzero(np.any(weights != 0, axis=1)).tolist()
+    return rows, base64.b64encode(weights[rows].astype("<f4").tobytes()).decode("ascii")
 
 
-def load(cls: type[_C], data: Mapping[str, Any]) -> _C:
-    if isinstance(data, Mapping) and data.get("kind") == MarkovPredictor.kind:
-        # Saved by the path-only default before this one: wrap it, nothing learned is lost.
-        return cls(path=MarkovPredictor.from_dict(data))
-    state = _serial.parse(ContentState, data, "content predictor state")
-    memory = ExampleMemory(
-        per_node=state.memory.per_node, k=state.memory.k, power=state.memory.power
-    )
-    memory.load(state.memory.examples)
-    model = cls(
-        path=MarkovPredictor.from_dict(state.path),
-        buckets=state.buckets,
-        max_classes=state.max_classes,
-        learning_rate=state.learning_rate,
-        offset_rate=state.offset_rate,
-        memory=memory,
-    )
+def decode_weights(state: ContentState) -> np.ndarray:
+    """The ``buckets x len(classes)`` weights of a validated state."""
     weights = np.zeros((state.buckets, len(state.classes)), dtype=np.float32)
     if state.rows:
         raw = np.frombuffer(base64.b64decode(state.data), dtype="<f4")
         weights[state.rows] = raw.reshape(len(state.rows), len(state.classes))
-    model.set_weights(state.classes, weights)
-    model.offsets = np.array(state.offsets, dtype=float)
-    model.observations = state.observations
-    return model
+    return weights
 
 
-def _config(model: ContentPredictor) -> tuple[Any, ...]:
-    return (model.buckets, model.max_classes, model.memory.per_node)
+def memory_of(state: ContentState) -> ExampleMemory:
+    """The example memory of a validated state."""
+    saved = state.memory
+    memory = ExampleMemory(per_node=saved.per_node, k=saved.k, power=saved.power)
+    memory.load(saved.examples)
+    return memory
 
 
-def merge(mine: _C, latest: _C, base: _C | None) -> _C:
-    for other in (latest, base):
-        if other is not None and _config(other) != _config(mine):
-            raise ValueError(f"cannot merge {mine!r} with {other!r}: another configuration")
-    out = type(mine)(
-        path=mine.path.merged(latest.path, base.path if base is not None else None),
-        buckets=mine.buckets,
-        max_classes=mine.max_classes,
-        learning_rate=mine.learning_rate,
-        offset_rate=mine.offset_rate,
-        memory=mine.memory.merged_with(latest.memory),
-    )
-    classes = list(dict.fromkeys([*latest.classes, *mine.classes]))[: mine.max_classes]
-    columns = []
-    for name in classes:
-        before = base.weights_of(name) if base is not None else 0.0
-        columns.append(latest.weights_of(name) + (mine.weights_of(name) - before))
-    weights = np.stack(columns, axis=1) if columns else np.zeros((mine.buckets, 0), np.float32)
-    out.set_weights(classes, weights.astype(np.float32))
-    out.offsets = mine.offsets.copy()
-    before_n = base.observations if base is not None else 0
-    out.observations = latest.observations + max(0, mine.observations - before_n)
-    return out
+def parse(data: Mapping[str, Any]) -> ContentState:
+    """``data`` validated as a saved content predictor; ``ValueError`` naming the field."""
+    return _serial.parse(ContentState, data, "content predictor state")
