@@ -39,7 +39,7 @@ from tests.conftest_server import ServeProcess
 
 TRIAGE = "You sort support requests."
 REFUNDS = "REFUNDS AGENT: you refund orders."
-MAX_TOKENS = 32
+MAX_TOKENS = 16
 WORD = re.compile(r"(?<![\w-])([A-Za-z]{3,})(?=[^\w-])")
 
 
