@@ -66,6 +66,7 @@ class HintScanner:
         self.text = ""
         self.hint: str | None = None
         self._in_call = False
+        self._first: str | None = None  # the reply's first non-space character
         self._seen: set[str] = set()
         self._ambiguous = False
 
@@ -77,9 +78,11 @@ class HintScanner:
             return None
         start = max(0, len(self.text) - _LOOKBACK - self._longest)
         self.text += chunk
-        if not self._in_call:
-            head = self.text.lstrip()
-            self._in_call = head[:1] in ("{", "[") or any(m in self.text for m in _CALL_MARKERS)
+        if not self._in_call:  # a reply that is JSON, or a call marker (in the new text)
+            if self._first is None and (head := self.text.lstrip()):
+                self._first = head[0]
+            recent = self.text[start:]
+            self._in_call = self._first in ("{", "[") or any(m in recent for m in _CALL_MARKERS)
         hint = self._strong(start) or self._by_words(start)
         if hint is not None:
             self.hint = hint
