@@ -59,8 +59,10 @@ class ExampleMemory:
         self.k = k
         self.power = power
         self._examples: dict[str, deque[Example]] = {}
-        #: Per node, its examples' masks as rows of 64-bit words (kept in step with the deque).
+        #: Per node, its examples' masks as rows of 64-bit words and their previous nodes
+        #: (kept in step with the deque, for vectorised similarity).
         self._matrix: dict[str, np.ndarray] = {}
+        self._previous: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return sum(len(d) for d in self._examples.values())
@@ -73,6 +75,8 @@ class ExampleMemory:
         examples.append((previous, words, nxt))
         matrix = self._matrix.get(current, np.zeros((0, BITS // 64), dtype="<u8"))
         self._matrix[current] = np.vstack([matrix[1:] if full else matrix, _words64(words)])
+        before = self._previous.get(current, np.zeros(0, dtype=object))
+        self._previous[current] = np.append(before[1:] if full else before, [previous])
 
     def votes(self, current: str, previous: str, words: int) -> dict[str, float]:
         """Each next node's vote (before :data:`FLOOR`): empty when nothing is remembered."""
@@ -83,7 +87,7 @@ class ExampleMemory:
         union = np.bitwise_count(rows | query).sum(axis=1)
         common = np.bitwise_count(rows & query).sum(axis=1)
         similarity = np.where(union > 0, common / np.maximum(union, 1), 0.0)
-        same = np.fromiter((before == previous for before, _, _ in examples), bool, len(examples))
+        same = self._previous[current] == previous
         similarity = np.where(same, similarity * SAME_PREVIOUS, similarity)
         # The k most similar; among equals the older example first, as a stable sort keeps them.
         order = np.argsort(-similarity, kind="stable")[: self.k]
