@@ -51,9 +51,11 @@ def test_attribute_keys_are_pinned() -> None:
         "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS": "gen_ai.usage.cache_read.input_tokens",
     }
     own = [v for k, v in vars(names).items() if k.startswith("AW_")]
-    assert len(own) == 20
+    assert len(own) == 22
     assert all(v.startswith("agentwarm.") for v in own)
     assert tm.AW_STEP_TTFT == "agentwarm.step.ttft_s"
+    assert tm.AW_STEP_HINT_NODE == "agentwarm.step.hint_node"
+    assert tm.AW_STEP_HINT_LEAD == "agentwarm.step.hint_lead_s"
     assert tm.AW_PREFILL_OUTCOME == "agentwarm.prefill.outcome"
 
 
@@ -247,6 +249,15 @@ def test_step_result_attributes_leave_out_missing_ttft() -> None:
     assert tm.step_result_attributes(ttft_s=None, prompt_tokens=0, cached_tokens=0) == {
         "agentwarm.step.prompt_tokens": 0,
         "agentwarm.step.cached_tokens": 0,
+    }
+    hinted = tm.step_result_attributes(
+        ttft_s=None, prompt_tokens=0, cached_tokens=0, hint_node="refund", hint_lead_s=0.125
+    )
+    assert hinted == {
+        "agentwarm.step.prompt_tokens": 0,
+        "agentwarm.step.cached_tokens": 0,
+        "agentwarm.step.hint_node": "refund",
+        "agentwarm.step.hint_lead_s": 0.125,
     }
 
 

@@ -292,6 +292,8 @@ class Run:
                     ttft_s=record.ttft_s,
                     prompt_tokens=record.prompt_tokens,
                     cached_tokens=record.cached_tokens,
+                    hint_node=record.hint_node,
+                    hint_lead_s=record.hint_lead_s,
                 )
             )
         return nexts, hits, path

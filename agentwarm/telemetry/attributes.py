@@ -24,6 +24,8 @@ from agentwarm.telemetry.names import (
     AW_RUN_ID,
     AW_STEP_CACHED_TOKENS,
     AW_STEP_FROM,
+    AW_STEP_HINT_LEAD,
+    AW_STEP_HINT_NODE,
     AW_STEP_INDEX,
     AW_STEP_NODE,
     AW_STEP_OUTCOME,
@@ -121,15 +123,25 @@ def step_attributes(
 
 
 def step_result_attributes(
-    *, ttft_s: float | None, prompt_tokens: int, cached_tokens: int
+    *,
+    ttft_s: float | None,
+    prompt_tokens: int,
+    cached_tokens: int,
+    hint_node: str | None = None,
+    hint_lead_s: float | None = None,
 ) -> dict[str, AttributeValue]:
-    """Attributes of a step span known at its end; TTFT is left out when no LLM call was made."""
+    """Attributes of a step span known at its end; TTFT is left out when no LLM call was made,
+    the mid-decode hint and its lead when the step had no hint."""
     attrs: dict[str, AttributeValue] = {
         AW_STEP_PROMPT_TOKENS: prompt_tokens,
         AW_STEP_CACHED_TOKENS: cached_tokens,
     }
     if ttft_s is not None:
         attrs[AW_STEP_TTFT] = ttft_s
+    if hint_node is not None:
+        attrs[AW_STEP_HINT_NODE] = hint_node
+        if hint_lead_s is not None:
+            attrs[AW_STEP_HINT_LEAD] = hint_lead_s
     return attrs
 
 

@@ -26,6 +26,8 @@ __all__ = (
     "AW_RUN_ID",
     "AW_STEP_CACHED_TOKENS",
     "AW_STEP_FROM",
+    "AW_STEP_HINT_LEAD",
+    "AW_STEP_HINT_NODE",
     "AW_STEP_INDEX",
     "AW_STEP_NODE",
     "AW_STEP_OUTCOME",
@@ -120,6 +122,12 @@ AW_STEP_PROMPT_TOKENS = "agentwarm.step.prompt_tokens"
 """Prompt tokens of the step's first LLM call."""
 AW_STEP_CACHED_TOKENS = "agentwarm.step.cached_tokens"
 """Prompt tokens of the step's first LLM call served from the prefix cache."""
+AW_STEP_HINT_NODE = "agentwarm.step.hint_node"
+"""The successor the step's streamed output named before the step ended (its mid-decode hint);
+absent when there was none."""
+AW_STEP_HINT_LEAD = "agentwarm.step.hint_lead_s"
+"""Seconds from the mid-decode hint to the step's end (the lead it gave its prefetch); set with
+:data:`AW_STEP_HINT_NODE`."""
 AW_PREFILL_SOURCE = "agentwarm.prefill.source"
 """The node whose step issued the prefill."""
 AW_PREFILL_TARGET = "agentwarm.prefill.target"
