@@ -10,7 +10,8 @@ server included.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 from opentelemetry.trace import SpanKind
@@ -22,6 +23,7 @@ from agentwarm.engines.base import (
     GenerateParams,
     PrefillParams,
     PrefillResult,
+    StreamChunk,
 )
 from agentwarm.errors import RequestAborted
 
@@ -95,8 +97,32 @@ class MeteredEngine(Engine):
                 ids, replace(params, namespace=self._ns(params.namespace))
             )
         except RequestAborted:
-            self.records.append(RequestRecord("generate", priority, len(ids), 0, 0, "aborted"))
+            self._record_aborted(priority, len(ids))
             raise
+        self._record_done(priority, out)
+        return out
+
+    async def stream_with(
+        self, ids: Sequence[int], params: GenerateParams
+    ) -> AsyncIterator[StreamChunk]:
+        """Pass the inner engine's chunks through as they come; the request is recorded as by
+        :meth:`generate_with` (when its completion arrives, or as aborted)."""
+        priority = int(params.priority)
+        inner = self.inner.stream_with(ids, replace(params, namespace=self._ns(params.namespace)))
+        try:
+            async with aclosing(inner):  # type: ignore[type-var]  # closing early aborts inner
+                async for chunk in inner:
+                    if chunk.completion is not None:
+                        self._record_done(priority, chunk.completion)
+                    yield chunk
+        except RequestAborted:
+            self._record_aborted(priority, len(ids))
+            raise
+
+    def _record_aborted(self, priority: int, prompt_tokens: int) -> None:
+        self.records.append(RequestRecord("generate", priority, prompt_tokens, 0, 0, "aborted"))
+
+    def _record_done(self, priority: int, out: Completion) -> None:
         self.records.append(
             RequestRecord(
                 kind="generate",
@@ -108,7 +134,6 @@ class MeteredEngine(Engine):
                 rid=out.rid,
             )
         )
-        return out
 
     async def abort(self, rid: str) -> None:
         await self.inner.abort(rid)

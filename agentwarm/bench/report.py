@@ -16,6 +16,10 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
   was released, and for the whole bench.
 * ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
   ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
+* Mid-decode hints (:mod:`agentwarm.stats.hints`): ``hint_steps`` steps had a successor named
+  by their streamed output before they ended, ``hints_right`` of those hints named one of the
+  step's actual next nodes; ``hint_lead_mean_s`` / ``hint_lead_p50_s``: mean / median seconds
+  from the hint to the step's end (``None`` without hints). The table shows them in ms.
 * ``gap_to_oracle``: where agentwarm's mean TTFT exceeds the oracle's. Both modes replay the
   same steps in the same order, so the steps pair up; each pair's TTFT difference is put under
   agentwarm's outcome for that step (``hit``: its node was prefetched, ``miss``: not, ``none``:
@@ -38,6 +42,7 @@ from agentwarm.bench.modes import MODES, ModeRun
 from agentwarm.errors import ConfigError
 from agentwarm.runtime import summarize
 from agentwarm.stats.definitions import has_previous
+from agentwarm.stats.hints import hint_figures
 
 __all__ = ("BenchReport", "gap_to_oracle", "headline", "mode_figures", "require_matplotlib")
 
@@ -108,6 +113,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         ),
         "pretrained_transitions": run.pretrained_transitions,
         "peak_rss_mib": run.peak_rss_mib,
+        **hint_figures(steps, lambda st: st.next).to_dict(),
     }
 
 
@@ -256,6 +262,13 @@ class BenchReport:
                 spec = self.modes[m]["prefetches_issued"] > 0
                 cells.append("—" if key == "branch_hit_rate" and not spec else fmt(value))
             table.add_row(label, *cells)
+        if any(self.modes[m].get("hint_steps") for m in modes):
+            table.add_row("mid-decode hints (right)", *(_hints(self.modes[m]) for m in modes))
+            for label, key in (
+                ("  hint lead mean ms", "hint_lead_mean_s"),
+                ("  hint lead p50 ms", "hint_lead_p50_s"),
+            ):
+                table.add_row(label, *(_ms(self.modes[m].get(key)) for m in modes))
         console.print(table)
         h = self.headline
         console.print(
@@ -311,6 +324,11 @@ class BenchReport:
             raise ConfigError(f"--plot {path}: cannot write it ({exc.strerror})") from exc
         finally:
             plt.close(fig)
+
+
+def _hints(figures: dict[str, Any]) -> str:
+    right = figures.get("hints_right")
+    return f"{figures.get('hint_steps', 0)} ({'—' if right is None else right})"
 
 
 def _mib(v: float | None) -> str:
