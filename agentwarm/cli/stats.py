@@ -91,6 +91,12 @@ def _summary(st: TraceStats) -> Text:
     else:
         out.append(f"TTFT saved (est.) {ms(st.ttft_saved_s)} ms")
         out.append("  (Σ over hits: node's mean TTFT when not prefetched − TTFT of the hit)", "dim")
+    h = st.hints
+    if h.hint_steps:
+        right = "" if h.hints_right is None else f", {h.hints_right} right"
+        out.append(f"\nmid-decode hints  {plural(h.hint_steps, 'step')}{right}")
+        out.append(f", lead mean / p50 {ms(h.hint_lead_mean_s)} / {ms(h.hint_lead_p50_s)} ms")
+        out.append("  (hint read from the streamed output → step end)", "dim")
     return out
 
 

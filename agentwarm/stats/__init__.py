@@ -6,6 +6,7 @@
   shared by run summaries, trace statistics and the benchmark;
 * :mod:`~agentwarm.stats.traces`: reading the JSON-lines trace files (:func:`read_traces`);
 * :mod:`~agentwarm.stats.edges`: per-edge statistics of traced runs (:func:`compute_stats`);
+* :mod:`~agentwarm.stats.hints`: the mid-decode hint figures (hinted steps, right hints, lead);
 * :mod:`~agentwarm.stats.warmups`: what the warm-up prefills did, per kind (cache reads vs
   writes), apart from the runs' figures.
 
@@ -26,6 +27,7 @@ from agentwarm.stats.definitions import (
     wasted_tokens,
 )
 from agentwarm.stats.edges import EdgeStats, TraceStats, compute_stats
+from agentwarm.stats.hints import HINT_KEYS, HintFigures, hint_figures
 from agentwarm.stats.traces import (
     MAX_COUNT,
     PrefillSpan,
@@ -38,9 +40,11 @@ from agentwarm.stats.traces import (
 from agentwarm.stats.warmups import WarmUpStats, warm_up_stats
 
 __all__ = (
+    "HINT_KEYS",
     "MAX_COUNT",
     "SUMMARY_KEYS",
     "EdgeStats",
+    "HintFigures",
     "PrefillLike",
     "PrefillSpan",
     "Problem",
@@ -54,6 +58,7 @@ __all__ = (
     "acceptance_ratio",
     "branch_hit_rate",
     "compute_stats",
+    "hint_figures",
     "read_traces",
     "summarize_steps",
     "warm_up_stats",

@@ -32,6 +32,7 @@ from agentwarm.stats.definitions import (
     summarize_steps,
     wasted_tokens,
 )
+from agentwarm.stats.hints import HintFigures, hint_figures, next_in_runs
 from agentwarm.stats.traces import PrefillSpan, RunSpan, StepSpan
 from agentwarm.stats.warmups import WarmUpStats, is_warm_up, warm_up_stats
 
@@ -87,12 +88,14 @@ class TraceStats(Summary):
 
     ``workflow`` is ``None`` when the traces mix several workflows; ``workflows`` lists them.
     ``warm_ups`` are the warm-up prefills per kind (:mod:`~agentwarm.stats.warmups`): they
-    belong to no workflow run and count in nothing else.
+    belong to no workflow run and count in nothing else. ``hints`` are the steps' mid-decode
+    hint figures (:mod:`~agentwarm.stats.hints`).
     """
 
     edges: list[EdgeStats] = field(default_factory=list)
     workflows: list[str] = field(default_factory=list)
     warm_ups: list[WarmUpStats] = field(default_factory=list)
+    hints: HintFigures = field(default_factory=HintFigures)
 
     def edge(self, from_node: str, to_node: str, workflow: str | None = None) -> EdgeStats | None:
         for e in self.edges:
@@ -101,9 +104,14 @@ class TraceStats(Summary):
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The summary's keys (the same as ``agentwarm run --json``'s), ``edges``, and
-        ``warm_ups`` when the traces hold any."""
-        out = {**super().to_dict(), "edges": [e.to_dict() for e in self.edges]}
+        """The summary's keys (the same as ``agentwarm run --json``'s), the hint keys
+        (:data:`~agentwarm.stats.hints.HINT_KEYS`), ``edges``, and ``warm_ups`` when the traces
+        hold any."""
+        out = {
+            **super().to_dict(),
+            **self.hints.to_dict(),
+            "edges": [e.to_dict() for e in self.edges],
+        }
         if self.warm_ups:
             out["warm_ups"] = [w.to_dict() for w in self.warm_ups]
         return out
@@ -194,4 +202,10 @@ def compute_stats(
         runs=len({(s.workflow, s.run_id) for s in steps}),
         node_key=lambda s: (s.workflow, s.node),
     )
-    return TraceStats(**summary.to_dict(), edges=ordered, workflows=workflows, warm_ups=warm_ups)
+    return TraceStats(
+        **summary.to_dict(),
+        edges=ordered,
+        workflows=workflows,
+        warm_ups=warm_ups,
+        hints=hint_figures(steps, next_in_runs(steps)),
+    )

@@ -11,7 +11,7 @@ how:
 * a required name (a step's ``from``/``node``, a prefill's ``source``/``target``, a run's id)
   that is missing or not a non-empty string: ``step span without a string '<attribute>'``
   (a warm-up prefill, kind ``static``/``keep_warm``/``explicit``, may omit its source and
-  target: it is on no edge);
+  target: it is on no edge); a step's mid-decode hint node, when present, must be one too;
 * a count, index or rank that is not an integer in 0..:data:`MAX_COUNT` (integral numbers and
   decimal strings are read as integers);
 * a TTFT that is not a finite number >= 0, a probability outside 0..1 (numbers or decimal
@@ -150,6 +150,8 @@ def _step_indices(v: Any) -> tuple[int, ...]:
 
 Name = Annotated[str, BeforeValidator(_name)]
 """A required name: a non-empty string."""
+OptionalName = Annotated[str | None, BeforeValidator(lambda v: None if v is None else _name(v))]
+"""A name that may be absent (``None``); when present, a non-empty string."""
 Label = Annotated[str, BeforeValidator(str)]
 """A label read as a string, whatever it holds."""
 Count = Annotated[int, BeforeValidator(lambda v: _count(v) or 0)]
@@ -206,6 +208,8 @@ class StepAttributes(SpanAttributes):
     ttft_s: Seconds = Field(None, validation_alias=tn.AW_STEP_TTFT)
     prompt_tokens: Count = Field(0, validation_alias=tn.AW_STEP_PROMPT_TOKENS)
     cached_tokens: Count = Field(0, validation_alias=tn.AW_STEP_CACHED_TOKENS)
+    hint_node: OptionalName = Field(None, validation_alias=tn.AW_STEP_HINT_NODE)
+    hint_lead_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_LEAD)
 
 
 class PrefillAttributes(SpanAttributes):

@@ -4,7 +4,8 @@ What the statistics (:mod:`agentwarm.stats.edges`, :mod:`agentwarm.stats.definit
 
 * A *step* is one ``invoke_agent {node}`` span with ``agentwarm.step.node``. Its edge is
   ``agentwarm.step.from`` → ``agentwarm.step.node``; a run's first step comes from ``__start__``.
-  It was a branch hit when ``agentwarm.step.prefetched`` is true.
+  It was a branch hit when ``agentwarm.step.prefetched`` is true. Its mid-decode hint, if any,
+  is ``agentwarm.step.hint_node`` with its lead ``agentwarm.step.hint_lead_s``.
 * A *prefill* is one ``agentwarm.prefill`` span; it is a *prefetch* when
   ``agentwarm.prefill.kind`` is ``speculative``. Its edge is ``agentwarm.prefill.source`` →
   ``agentwarm.prefill.target``.
@@ -66,6 +67,8 @@ class StepSpan:
     ttft_s: float | None
     prompt_tokens: int
     cached_tokens: int
+    hint_node: str | None = None
+    hint_lead_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

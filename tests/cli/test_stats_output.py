@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from agentwarm import telemetry as tm
 from agentwarm.cli import app
 from agentwarm.runtime import PrefetchKind, StepOutcome
-from agentwarm.stats import SUMMARY_KEYS
+from agentwarm.stats import HINT_KEYS, SUMMARY_KEYS
 
 runner = CliRunner()
 
-STATS_ONLY = {"edges", "files", "skipped_lines"}
+STATS_ONLY = {"edges", "files", "skipped_lines", *HINT_KEYS}
 
 
 def _step(
