@@ -17,10 +17,10 @@ Per reply (``on_response``, after it reached the client) and per tool call decod
 (``on_tool_call``): the next nodes are predicted from the session's path and conversation (the
 request and its reply or tool call: :class:`~agentwarm.predictors.StepContext`), mixed with what
 the tool called predicts (P(next node | tool), learned: LangGraph's ``transfer_to_X`` handoffs),
-and the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.runtime.policy.
-choose_candidates`) are prefilled upstream at speculative priority, each admitted by the same
-rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`): their head +
-the conversation their shape predicts, rendered as the upstream renders it
+and the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.runtime.prefetch.
+spend.choose`, at the idle price) are prefilled upstream at speculative priority, each admitted
+by the same rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`):
+their head + the conversation their shape predicts, rendered as the upstream renders it
 (:class:`~agentwarm.gateway.prompts.Renderer`). A failed prefetch is logged and counted, never
 raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
 summarize_steps`) over the last :data:`WINDOW` steps.
@@ -54,8 +54,9 @@ from agentwarm.predictors import Predictor, StepContext, default_predictor
 from agentwarm.predictors.context import observe_with, predict_with
 from agentwarm.runtime.admission import Admission, Limits, Ticket
 from agentwarm.runtime.guardrail import Guardrail
-from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.rules import predicted_branch
+from agentwarm.runtime.prefetch.spend import choose
 from agentwarm.server.chat_protocol import chat_completion, usage
 from agentwarm.stats.definitions import summarize_steps
 from agentwarm.warmup.explicit import traced_prefill
@@ -295,9 +296,7 @@ class Learner:
         limits = self.guardrail.limits(self.policy)
         if limits.paused:
             return
-        chosen = choose_candidates(
-            session.predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
-        )
+        chosen = choose(session.predictions, policy=self.policy, limits=limits)
         sent: set[tuple[int, ...]] = set()
         for _, name, p in chosen:
             head = self.heads.get(name)

@@ -115,6 +115,11 @@ class Admission:
         that takes over its slot hold one slot)."""
         return self._slots
 
+    @property
+    def tokens_in_flight(self) -> int:
+        """Prompt tokens of the admitted requests not yet released (queued or prefilling)."""
+        return self._tokens
+
     def may_admit(self, value: float, limits: Limits) -> bool:
         """Whether a request of expected value ``value`` could be admitted now, whatever its
         size: false when the rate is spent or every slot is held by a request worth as much.
@@ -233,6 +238,10 @@ class RunAdmission:
     @property
     def in_flight(self) -> int:
         return self.admission.in_flight
+
+    @property
+    def tokens_in_flight(self) -> int:
+        return self.admission.tokens_in_flight
 
     @property
     def admitted(self) -> int:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from agentwarm.predictors import Predictor
     from agentwarm.runtime.guardrail import Guardrail
     from agentwarm.runtime.policy import PrefetchPolicy
+    from agentwarm.runtime.prefetch.spend import SentPrefixes, SpendEstimator
     from agentwarm.runtime.timing import StepTiming
 
 __all__ = ("Run",)
@@ -99,6 +100,8 @@ class Run:
         predictor: Predictor,
         guardrail: Guardrail,
         timing: StepTiming,
+        spend: SpendEstimator,
+        sent: SentPrefixes,
         policy: PrefetchPolicy,
         input: str,
         state: dict[str, Any] | None,
@@ -116,13 +119,12 @@ class Run:
         self.renderer = PromptRenderer(engine, self.transcript)
         self.tracer = tm.get_tracer()
         self.instruments = tm.instruments()
-        self.provider = engine.provider_name
-        self.llm_span_kind = engine.span_kind
         self.steps: list[StepRecord] = []
         self.path: list[str] = []
         self._predictor = predictor
         self._guardrail = guardrail
         self._timing = timing
+        self._spend, self._sent = spend, sent  # what the choice by value learns
         self.prefetcher: Prefetcher
 
     async def execute(self) -> RunResult:
@@ -147,6 +149,8 @@ class Run:
             admission=admission.bind(limits),
             run_id=self.run_id,
             namespace=self.namespace,
+            spend=self._spend,
+            sent=self._sent,
             transcript=self.transcript,
         )
         with self.tracer.start_as_current_span(
@@ -326,10 +330,10 @@ class Run:
         tokens = max_tokens if max_tokens is not None else spec.max_tokens
         with self.tracer.start_as_current_span(
             tm.llm_span_name(self.engine.model_name),
-            kind=self.llm_span_kind,
+            kind=self.engine.span_kind,
             attributes=tm.llm_request_attributes(
                 model=self.engine.model_name,
-                provider=self.provider,
+                provider=self.engine.provider_name,
                 max_tokens=tokens,
                 temperature=temperature,
                 agent=spec.name,

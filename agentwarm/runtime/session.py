@@ -1,4 +1,5 @@
-"""Learning state shared by the runs of one workflow: predictor, guardrail, step timing.
+"""Learning state shared by the runs of one workflow: predictor, guardrail, step timing, and
+what the choice of candidates by value learns (prefill throughput, idle times, sent prefixes).
 
 Speculation's rate and budget are per engine, not per workflow (:mod:`agentwarm.runtime.admission`).
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentwarm.errors import PredictorStateError
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
+from agentwarm.runtime.prefetch.spend import SentPrefixes, SpendEstimator
 from agentwarm.runtime.run import Run
 from agentwarm.runtime.timing import StepTiming
 
@@ -55,6 +57,8 @@ class WorkflowSession:
         self.policy = PrefetchPolicy()
         self.guardrail = Guardrail()
         self.timing = StepTiming()
+        self.spend = SpendEstimator()
+        self.sent_prefixes = SentPrefixes()
         self.store: PredictorStore | None = None
         if state_dir is not None:
             self.store = PredictorStore(Path(state_dir))
@@ -98,6 +102,8 @@ class WorkflowSession:
             predictor=self.predictor,
             guardrail=self.guardrail,
             timing=self.timing,
+            spend=self.spend,
+            sent=self.sent_prefixes,
             policy=policy or self.policy,
             input=input,
             state=state,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from agentwarm.engines.base import Completion, Engine, StreamChunk
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from agentwarm.predictors import Predictor
     from agentwarm.runtime.guardrail import Guardrail
     from agentwarm.runtime.policy import PrefetchPolicy
+    from agentwarm.runtime.prefetch.choice import Choice
     from agentwarm.runtime.prefetch.sender import Sender
     from agentwarm.runtime.timing import StepTiming
     from agentwarm.runtime.transcript import Transcript
@@ -68,6 +69,7 @@ class Reading:
     guardrail: Guardrail
     timing: StepTiming
     _sender: Sender
+    _choice: Choice
     _instruments: Any
 
     if TYPE_CHECKING:  # the Prefetcher's
@@ -75,14 +77,6 @@ class Reading:
         def _speculate(self, scope: StepScope, hinted: str | None = None) -> None: ...
 
         def _swallow(self, exc: Exception, what: str, *args: object) -> None: ...
-
-        def _within_budget(
-            self,
-            targets: Iterable[str],
-            admissible: Callable[[str], bool] | None = None,
-            *,
-            spent: int = 0,
-        ) -> Iterator[tuple[str, list[int] | None]]: ...
 
         def _start(
             self, scope: StepScope, target: str, p: float, rank: int, ids: list[int] | None
@@ -95,7 +89,7 @@ class Reading:
     def _extend(self, scope: StepScope, targets: list[str], *, revive: bool = False) -> None:
         """Bring each target's prefetch up to its prefix now: start the ones not prefetched,
         send the dropped ones (and, with ``revive``, stopped ones) again, supersede shorter."""
-        for target, ids in self._within_budget(targets):
+        for target, ids in self._choice.within_budget(targets):
             assert ids is not None  # only an `admissible` refusal yields None
             pf = scope.prefetches.get(target)
             if pf is None:

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentwarm import telemetry as tm
@@ -18,14 +18,14 @@ from agentwarm.engines.base import Engine, Priority
 from agentwarm.predictors import observe_with
 from agentwarm.runtime.admission import RunAdmission
 from agentwarm.runtime.guardrail import Guardrail
-from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
+from agentwarm.runtime.policy import PrefetchPolicy
+from agentwarm.runtime.prefetch.choice import Choice
 from agentwarm.runtime.prefetch.hinting import Reading
 from agentwarm.runtime.prefetch.rules import (
     hit_targets,
     plan_warm_up,
     predicted_branch,
     shared_request,
-    within_budget,
 )
 from agentwarm.runtime.prefetch.sender import Sender
 from agentwarm.runtime.prefetch.settle import Settler
@@ -38,6 +38,7 @@ from agentwarm.runtime.timing import StepTiming
 if TYPE_CHECKING:
     from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor
+    from agentwarm.runtime.prefetch.spend import SentPrefixes, SpendEstimator
     from agentwarm.runtime.transcript import Transcript
 
 __all__ = ("Prefetcher",)
@@ -52,6 +53,7 @@ class Prefetcher(Reading):
 
     ``transcript`` is the run's: a :class:`~agentwarm.predictors.ContextPredictor` predicts
     from the conversation it holds (re-ranked each time it grows) and observes the step's end.
+    ``spend`` and ``sent`` are the session's: what the choice by value learns (:mod:`.choice`).
     """
 
     def __init__(
@@ -67,6 +69,8 @@ class Prefetcher(Reading):
         admission: RunAdmission,
         run_id: str,
         namespace: str,
+        spend: SpendEstimator,
+        sent: SentPrefixes,
         transcript: Transcript | None = None,
     ) -> None:
         self.workflow = workflow
@@ -80,9 +84,16 @@ class Prefetcher(Reading):
         self.admission = admission
         self.run_id = run_id
         self.namespace = namespace
-        self.budget = policy.max_prefetch_tokens
-        if admission.limits.max_tokens is not None:  # the run's share of the engine's cache
-            self.budget = min(self.budget, admission.limits.max_tokens)
+        self._choice = Choice(
+            workflow=workflow,
+            renderer=renderer,
+            timing=timing,
+            policy=policy,
+            admission=admission,
+            spend=spend,
+            sent=sent,
+            namespace=namespace,
+        )
         self._tracer = tm.get_tracer()
         self._instruments = tm.instruments()
         self._sender = Sender(
@@ -91,6 +102,7 @@ class Prefetcher(Reading):
             namespace=namespace,
             run_id=run_id,
             timeout_s=policy.prefill_timeout_s,
+            on_prefill=spend.observe_prefill,
         )
         self._settler = Settler(
             workflow=workflow.name, instruments=self._instruments, on_error=self._swallow
@@ -127,27 +139,12 @@ class Prefetcher(Reading):
 
     def _speculate(self, scope: StepScope, hinted: str | None = None) -> None:
         """Submit the chosen candidates' known prefixes (and ``hinted``, if not chosen)."""
+        self._choice.speculated(scope.spec.name)
         try:
             limits = self.guardrail.limits(self.policy)
             if limits.paused:
                 return
-            # A node seen not to call the LLM reads no prompt: it takes no candidate's place.
-            reads = self.timing.reads_prompt
-            predictions = [(n, p) for n, p in scope.predictions if n == END or reads(n)]
-            chosen = choose_candidates(
-                predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
-            )
-            if hinted is not None and hinted not in {name for _, name, _ in chosen}:
-                chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
-            # Already prefetched (a mid-decode hint, an earlier ranking): not started twice.
-            ranked = {n: (rank, p) for rank, n, p in chosen if n not in scope.prefetches}
-
-            def admissible(name: str) -> bool:  # refused whatever its size: not even rendered
-                return self.admission.may_admit(ranked[name][1])
-
-            spent = sum(pf.record.tokens for pf in scope.prefetches.values())
-            for name, ids in self._within_budget(ranked, admissible, spent=spent):
-                rank, p = ranked[name]
+            for name, rank, p, ids in self._choice.to_send(scope, limits, hinted):
                 self._start(scope, name, p, rank, ids)
         except Exception as exc:
             self._swallow(exc, "submitting prefetches in step %r", scope.spec.name)
@@ -186,18 +183,6 @@ class Prefetcher(Reading):
                 self._speculate(scope)
         except Exception as exc:
             self._swallow(exc, "refreshing prefetched prefixes in step %r", scope.spec.name)
-
-    def _within_budget(
-        self,
-        targets: Iterable[str],
-        admissible: Callable[[str], bool] | None = None,
-        *,
-        spent: int = 0,
-    ) -> Iterator[tuple[str, list[int] | None]]:
-        def prefix_ids(target: str) -> list[int]:
-            return self.renderer.prefix_ids(self.workflow.nodes[target])
-
-        return within_budget(targets, prefix_ids, self.budget - spent, admissible)
 
     def _swallow(self, exc: Exception, what: str, *args: object) -> None:
         """Speculation never breaks a workflow: log (traceback at DEBUG) and count."""
@@ -262,9 +247,10 @@ class Prefetcher(Reading):
         if req is not None:
             pf.requests.append(req)
             pf.record.tokens = max(pf.record.tokens, len(ids))
-            return True
-        submitted = self._sender.submit(pf, ids, Priority.SPECULATIVE, key=key, replace=replace)
-        return submitted is not None
+        elif self._sender.submit(pf, ids, Priority.SPECULATIVE, key=key, replace=replace) is None:
+            return False
+        self._choice.sent(pf.record.target, ids)
+        return True
 
     # --- resolve ----------------------------------------------------------------------------
 
@@ -360,12 +346,15 @@ class Prefetcher(Reading):
                 return
             pf = self._new_prefetch(scope, target, PrefetchKind.CONFIRMED, 1.0, 0, len(ids))
             self._sender.submit(pf, ids, Priority.LIVE, after=plan.after)
+            self._choice.sent(target, ids)
             self._warm_ups.sent(target, pf)
         except Exception as exc:
             self._swallow(exc, "warming the prefix of %r", target)
 
     async def before_live(self, node: str) -> None:
-        """Called before a node's live request (:meth:`WarmUps.before_live`)."""
+        """Called before a node's live request (:meth:`WarmUps.before_live`); the idle time
+        since the run's last speculation ends."""
+        self._choice.live()
         await self._warm_ups.before_live(node)
 
     def _pending(self) -> list[asyncio.Task[Any]]:

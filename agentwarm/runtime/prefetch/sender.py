@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentwarm.engines.base import Engine, PrefillResult, Priority, new_rid
@@ -25,7 +26,9 @@ log = logging.getLogger(__name__)
 
 class Sender:
     """Starts, stops and aborts the prefill requests of one run on one engine; owns the aborts
-    still running (``background``)."""
+    still running (``background``). ``on_prefill(tokens, seconds)`` hears of each prefill that
+    finished (not aborted) having computed ``tokens`` in ``seconds`` (from its send to its end,
+    waits in the engine's queue included)."""
 
     def __init__(
         self,
@@ -35,12 +38,14 @@ class Sender:
         namespace: str,
         run_id: str,
         timeout_s: float,
+        on_prefill: Callable[[int, float], None] | None = None,
     ) -> None:
         self.engine = engine
         self.admission = admission
         self.namespace = namespace
         self.run_id = run_id
         self.timeout_s = timeout_s
+        self.on_prefill = on_prefill
         self.background: set[asyncio.Task[Any]] = set()
         self.failures = 0
 
@@ -94,6 +99,7 @@ class Sender:
             if req.dropped:
                 return None
             req.sent = True
+            started = time.perf_counter()
             result = await asyncio.wait_for(
                 self.engine.prefill(
                     ids,
@@ -120,6 +126,8 @@ class Sender:
                 self.spawn(self._quiet_abort(req.rid))
             return None
         req.result = result
+        if self.on_prefill is not None and result.done and result.computed_tokens > 0:
+            self.on_prefill(result.computed_tokens, time.perf_counter() - started)
         return result
 
     def stop(self, req: Request) -> None:

@@ -119,12 +119,13 @@ def choose(
     *,
     policy: PrefetchPolicy,
     limits: Limits,
-    new_tokens: Callable[[str], int],
-    free_tokens: float,
+    new_tokens: Callable[[str], int] = lambda _: 0,
+    free_tokens: float = math.inf,
 ) -> list[tuple[int, str, float]]:
     """A step's candidates under ``policy.spend`` within the guardrail's ``limits``:
     :func:`choose_by_value`, or (``top_n``) :func:`~agentwarm.runtime.policy.choose_candidates`
-    (``new_tokens`` and ``free_tokens`` unused)."""
+    (``new_tokens`` and ``free_tokens`` unused). A caller that knows neither the throughput nor
+    the idle time (the gateway) leaves the window infinite: every token at ``idle_price``."""
     if policy.spend == "top_n":
         return choose_candidates(
             predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p

@@ -1,0 +1,139 @@
+"""Which candidates a step sends, and the prefixes they send (:class:`Choice`, one per run).
+
+Candidates are chosen under ``policy.spend`` (:func:`~agentwarm.runtime.prefetch.spend.choose`):
+by expected value (default) or the fixed top-N. The value choice needs what a candidate's
+prefill would compute (its known prefix less what was sent for it before,
+:class:`~agentwarm.runtime.prefetch.spend.SentPrefixes`) and the idle window after the step's
+speculation (:class:`~agentwarm.runtime.prefetch.spend.SpendEstimator`, less the speculative
+tokens admission holds in flight). Then, in that order, each is checked by admission (a refused
+one is not sent) and the step's token budget. The estimator and the sent prefixes are the session's,
+shared by its runs and fed only through their methods: the throughput by the run's
+:class:`~agentwarm.runtime.prefetch.sender.Sender`, the idle time by the run's
+:class:`~agentwarm.runtime.prefetch.spend.IdleClock` held here, the prefixes by :meth:`sent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from agentwarm._spec import END
+from agentwarm.runtime.prefetch.rules import within_budget
+from agentwarm.runtime.prefetch.spend import IdleClock, SentPrefixes, SpendEstimator, choose
+
+if TYPE_CHECKING:
+    from agentwarm.graphs import CompiledGraph
+    from agentwarm.runtime.admission import RunAdmission
+    from agentwarm.runtime.guardrail import Limits
+    from agentwarm.runtime.policy import PrefetchPolicy
+    from agentwarm.runtime.prefetch.state import StepScope
+    from agentwarm.runtime.prompt import PromptRenderer
+    from agentwarm.runtime.timing import StepTiming
+
+__all__ = ("Choice",)
+
+PrefixIds = Callable[[str], list[int]]
+
+
+class Choice:
+    """One run's choice of speculative candidates and their prefixes (module doc), within
+    ``max_prefetch_tokens`` per step and the run's share of the engine's cache (``budget``)."""
+
+    def __init__(
+        self,
+        *,
+        workflow: CompiledGraph,
+        renderer: PromptRenderer,
+        timing: StepTiming,
+        policy: PrefetchPolicy,
+        admission: RunAdmission,
+        spend: SpendEstimator,
+        sent: SentPrefixes,
+        namespace: str,
+    ) -> None:
+        self.workflow = workflow
+        self.renderer = renderer
+        self.timing = timing
+        self.policy = policy
+        self.admission = admission
+        self.spend = spend
+        self.namespace = namespace
+        self.budget = policy.max_prefetch_tokens
+        if admission.limits.max_tokens is not None:  # the run's share of the engine's cache
+            self.budget = min(self.budget, admission.limits.max_tokens)
+        self._sent = sent
+        self._idle = IdleClock(spend)
+
+    def speculated(self, node: str) -> None:
+        """``node``'s step speculates now (its idle time runs until the next live call)."""
+        self._idle.speculated(node)
+
+    def live(self) -> None:
+        """A live LLM call of the run starts now."""
+        self._idle.live()
+
+    def sent(self, target: str, ids: list[int]) -> None:
+        """``ids`` were sent (or shared) as ``target``'s prefix: cached from now on."""
+        self._sent.sent((self.namespace, target), ids)
+
+    def prefix_ids(self, target: str) -> list[int]:
+        """``target``'s known prefix, rendered now."""
+        return self.renderer.prefix_ids(self.workflow.nodes[target])
+
+    def within_budget(
+        self,
+        targets: Iterable[str],
+        admissible: Callable[[str], bool] | None = None,
+        *,
+        spent: int = 0,
+        prefix_ids: PrefixIds | None = None,
+    ) -> Iterator[tuple[str, list[int] | None]]:
+        """Each target's prefix until the step's budget (less ``spent``) would be passed
+        (:func:`~agentwarm.runtime.prefetch.rules.within_budget`)."""
+        render = self.prefix_ids if prefix_ids is None else prefix_ids
+        return within_budget(targets, render, self.budget - spent, admissible)
+
+    def candidates(
+        self, scope: StepScope, limits: Limits, hinted: str | None = None
+    ) -> tuple[dict[str, tuple[int, float]], PrefixIds]:
+        """The candidates of ``scope``'s step not prefetched yet, ``name -> (rank, p)`` in
+        order (``hinted`` added, rank -1, if not chosen), and the prefixes rendered to choose
+        them (rendered on demand, once)."""
+        # A node seen not to call the LLM reads no prompt: it takes no candidate's place.
+        reads = self.timing.reads_prompt
+        predictions = [(n, p) for n, p in scope.predictions if n == END or reads(n)]
+        rendered: dict[str, list[int]] = {}
+
+        def prefix_ids(target: str) -> list[int]:
+            if target not in rendered:
+                rendered[target] = self.prefix_ids(target)
+            return rendered[target]
+
+        def new_tokens(target: str) -> int:
+            return self._sent.new_tokens((self.namespace, target), prefix_ids(target))
+
+        queued = self.admission.tokens_in_flight
+        free = self.spend.free_tokens(scope.spec.name, queued_tokens=queued)
+        chosen = choose(
+            predictions, policy=self.policy, limits=limits, new_tokens=new_tokens, free_tokens=free
+        )
+        if hinted is not None and hinted not in {name for _, name, _ in chosen}:
+            chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
+        # Already prefetched (a mid-decode hint, an earlier ranking): not started twice.
+        return {n: (rank, p) for rank, n, p in chosen if n not in scope.prefetches}, prefix_ids
+
+    def to_send(
+        self, scope: StepScope, limits: Limits, hinted: str | None = None
+    ) -> Iterator[tuple[str, int, float, list[int] | None]]:
+        """The :meth:`candidates` to start now, ``(name, rank, p, ids)`` in order, until the
+        step's budget (less what its prefetches hold) would be passed; ``ids`` ``None``: refused
+        by admission (not rendered, unless the choice by value did)."""
+        ranked, prefix_ids = self.candidates(scope, limits, hinted)
+
+        def admissible(name: str) -> bool:
+            return self.admission.may_admit(ranked[name][1])
+
+        spent = sum(pf.record.tokens for pf in scope.prefetches.values())
+        for name, ids in self.within_budget(ranked, admissible, spent=spent, prefix_ids=prefix_ids):
+            rank, p = ranked[name]
+            yield name, rank, p, ids
