@@ -11,6 +11,8 @@ from typing import Any
 
 from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
 from agentwarm.runtime.admission import Limits, admission_for
+from agentwarm.runtime.guardrail import Guardrail
+from agentwarm.runtime.prefetch.spend import choose
 from agentwarm.runtime.result import RunResult
 from agentwarm.runtime.session import WorkflowSession
 from tests.waiting import step_prefetches_done
@@ -152,3 +154,12 @@ async def test_speculative_tokens_in_flight_on_the_engine_shrink_the_window() ->
     assert _sent(result) == ["b"]  # 1000 tokens left: as in a window of 1000
     admission.release(held)
     assert admission.tokens_in_flight == 0
+
+
+def test_without_throughput_or_idle_time_the_choice_prices_every_token_idle() -> None:
+    # The gateway's call: no token counts, no window known.
+    policy = PrefetchPolicy()
+    limits = Guardrail().limits(policy)
+    assert [n for _, n, _ in choose(PREDICTED, policy=policy, limits=limits)] == ["b", "c"]
+    top_n = policy.model_copy(update={"spend": "top_n"})
+    assert [n for _, n, _ in choose(PREDICTED, policy=top_n, limits=limits)] == list(LEAVES)
