@@ -36,14 +36,16 @@ def _modes(spec: str | None) -> tuple[str, ...] | None:
 
 def _config(base: BenchConfig, **changes: Any) -> BenchConfig:
     update = {k: v for k, v in changes.items() if v is not None}
-    policy: dict[str, Any] = {k: update.pop(k) for k in ("top_n", "min_p") if k in update}
-    if policy:
-        update["policy"] = base.policy.model_copy(update=policy)
+    policy: dict[str, Any] = {k: update.pop(k) for k in ("top_n", "min_p", "spend") if k in update}
     try:
+        if policy:  # validated (model_copy would not check the values)
+            update["policy"] = type(base.policy).model_validate(
+                {**base.policy.model_dump(), **policy}
+            )
         return BenchConfig.model_validate({**base.model_dump(), **update})
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
+        where = ".".join(str(x) for x in first["loc"] if x != "policy")
         msg = str(first["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"--{where.replace('_', '-')}: {msg}") from exc
 
@@ -142,6 +144,14 @@ def bench(
     min_p: Annotated[
         float | None, typer.Option("--min-p", min=0.0, max=1.0, help="Policy: min probability.")
     ] = None,
+    spend: Annotated[
+        str | None,
+        typer.Option(
+            "--spend",
+            help="Policy: value (candidates worth their tokens, from p and the engine's idle "
+            "time) | top_n (the top-N above min-p).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write the TTFT CDF per mode (PNG).")
@@ -178,6 +188,7 @@ def bench(
                 fast_baselines=fast_baselines,
                 top_n=top_n,
                 min_p=min_p,
+                spend=spend,
             ),
         )
 
