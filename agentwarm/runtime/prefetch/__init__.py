@@ -3,7 +3,8 @@
 Lifecycle per step (:class:`Prefetcher`)::
 
     begin_step   predict successors (from the path, and the conversation for a predictor
-                 that reads it) → choose candidates (top-N, min_p, token budget)
+                 that reads it) → choose candidates by expected value (p × tokens saved
+                 against the idle or busy price of their new tokens; top-N, min_p, budget)
                  → submit speculative prefills (admitted per engine, low priority), or hold
                  them until the step's first LLM call returns (``timing``)
     refresh      after each LLM call of the step: submit held candidates, or re-send the
@@ -30,7 +31,9 @@ Nothing here may break a workflow: every speculative failure is logged and count
 ``failed``; only the live request path raises.
 
 Modules: :mod:`.state` (requests, prefetches, the step's scope: plain data), :mod:`.rules` (the
-decisions as pure functions: budget, sharing, hits, warm-ups, outcomes), :mod:`.hints` and
+decisions as pure functions: budget, sharing, hits, warm-ups, outcomes), :mod:`.spend` (the
+expected-value rule and what it learns: throughput, idle time, prefixes sent), :mod:`.choice`
+(choosing a step's candidates with it), :mod:`.hints` and
 :mod:`.scanner` (output hints, whole or streamed), :mod:`.hinting` (reading the conversation
 and the output: re-ranking, mid-decode hints), :mod:`.sender` (sending and stopping
 requests), :mod:`.settle` (outcomes, counters, spans), :mod:`.warmups` (confirmed warm-ups
