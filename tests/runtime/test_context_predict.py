@@ -227,3 +227,35 @@ async def test_a_stopped_candidate_that_rises_again_is_sent_again():
         ("refunds", 1, PrefetchOutcome.CANCELLED),
     ]
     assert result.steps[1].prefetched
+
+
+async def test_a_finished_candidate_that_fell_is_not_extended():
+    """lookup's prefill finished before the refund result made it fall: it is not sent again
+    (extended) when the transcript grows further; refunds is prefetched instead."""
+
+    @node(name="act", entry=True, system=SYSTEM["act"], next=["lookup", "refunds", END])
+    async def act(ctx: Context) -> str:
+        await ctx.llm(ctx.input, max_tokens=4)
+        await step_prefetches_done(ctx)  # lookup's prefill has finished
+        ctx.add("refund approved", name="check")
+        await step_prefetches_done(ctx)
+        ctx.add("refund approved, note 2", name="check")
+        await step_prefetches_done(ctx)
+        return "refunds"
+
+    def leaf(name: str):
+        @node(name=name, system=SYSTEM[name], next=[END])
+        async def fn(ctx: Context) -> str:
+            await ctx.llm("go on", max_tokens=4)
+            return END
+
+        return fn
+
+    wf = WorkflowGraph("support").add(act, leaf("lookup"), leaf("refunds")).compile()
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    result = await wf.run("where is my order?", engine=engine, predictor=ToolResultPredictor())
+    act_step = result.steps[0]
+    assert [(p.target, p.requests, p.outcome) for p in act_step.prefetches if p.speculative] == [
+        ("lookup", 1, PrefetchOutcome.WASTED),
+        ("refunds", 2, PrefetchOutcome.HIT),
+    ]

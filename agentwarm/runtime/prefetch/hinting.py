@@ -134,9 +134,9 @@ class Reading:
             return False
 
     def _stop_fallen(self, scope: StepScope) -> list[str]:
-        """After a re-prediction: stop the running candidates that fell below ``min_p`` (not a
-        hinted one; they are not extended while they stay there). Returns the ones stopped
-        earlier that rose above it again: to be sent again."""
+        """After a re-prediction: mark the candidates that fell below ``min_p`` fallen (not a
+        hinted one; not extended while they stay there) and stop their running requests.
+        Returns the ones fallen earlier that rose above it again: to be sent again."""
         limits = self.guardrail.limits(self.policy)
         p = dict(scope.predictions)
         risen = [t for t in scope.fallen if p.get(t, 0.0) >= limits.min_p]

@@ -159,15 +159,12 @@ def fallen_targets(
     min_p: float,
     keep: Collection[str] = (),
 ) -> list[str]:
-    """Speculative targets whose re-ranked probability fell below ``min_p`` while a request of
-    theirs still runs (stopping it saves the rest of its prefill); ``keep`` (a hinted target)
-    never falls."""
+    """Speculative targets whose re-ranked probability fell below ``min_p``: not extended any
+    more (their running requests are stopped: that saves the rest of their prefill; finished
+    ones stay cached); ``keep`` (a hinted target) never falls."""
     probability = dict(predictions)
     return [
         target
         for target, pf in prefetches.items()
-        if target not in keep
-        and pf.record.speculative
-        and probability.get(target, 0.0) < min_p
-        and any(r.running for r in pf.requests)
+        if target not in keep and pf.record.speculative and probability.get(target, 0.0) < min_p
     ]
