@@ -71,7 +71,8 @@ class StepContext:
     and keeps the one before); ``last_tool`` the latest tool called
     (by an assistant ``tool_calls`` entry or named by a ``tool`` message), ``last_tool_args``
     its arguments (JSON text) and ``last_tool_result`` the latest ``tool`` message, ``""``
-    when a user message came after it (the result is old news then).
+    when a user message or another tool call came after it (the result is old news then, or
+    not the last tool's).
     """
 
     first_user: str = ""
@@ -110,7 +111,7 @@ class StepContext:
                 last_assistant = content or last_assistant
                 calls = message.get("tool_calls") or ()
                 if calls and _call_name(calls[0]):
-                    tool = _call_name(calls[0])
+                    tool, result = _call_name(calls[0]), ""  # the new call's result is not in
                     function = calls[0].get("function") or {}
                     raw = function.get("arguments", "")
                     args = (raw if isinstance(raw, str) else str(raw))[:MAX_TEXT]

@@ -35,6 +35,7 @@ from agentwarm.predictors import (
     predict_with,
 )
 from agentwarm.predictors.content import ExampleMemory
+from agentwarm.predictors.content.memory import decode_mask, encode_mask
 
 NODES = ["agent", "lookup", "retry", "respond", END]
 
@@ -201,9 +202,9 @@ BAD: dict[str, tuple[Patch, str]] = {
         lambda s: {"data": _floats([float("inf")] * (len(s["rows"]) * len(s["classes"])))},
         "data: weights must be finite",
     ),
-    "mask not hex": (
+    "mask not base64": (
         lambda s: {"memory": {**s["memory"], "examples": [["lookup", "agent", "xz", "retry"]]}},
-        "field 'memory.examples.0.2'",
+        "memory.examples.0: word mask",
     ),
     "too many classes": (lambda s: {"max_classes": 1}, "classes: repeated names or more than"),
     "class repeated": (lambda s: {"classes": ["retry", "retry"]}, "classes: repeated names"),
@@ -293,11 +294,34 @@ def test_the_memory_keeps_the_newest_per_node_examples_of_each_node() -> None:
     memory.add("agent", "^", 1, "lookup")
     assert len(memory) == 3 + 1
     assert memory.to_list() == [
-        ["lookup", "agent", "4", "n2"],
-        ["lookup", "agent", "8", "n3"],
-        ["lookup", "agent", "10", "n4"],
-        ["agent", "^", "1", "lookup"],
+        ["lookup", "agent", encode_mask(1 << 2), "n2"],
+        ["lookup", "agent", encode_mask(1 << 3), "n3"],
+        ["lookup", "agent", encode_mask(1 << 4), "n4"],
+        ["agent", "^", encode_mask(1), "lookup"],
     ]
+    assert [decode_mask(item[2]) for item in memory.to_list()] == [4, 8, 16, 1]
+
+
+def test_a_word_mask_is_saved_as_its_set_bits() -> None:
+    words = (1 << 4095) | (1 << 300) | 1
+    assert encode_mask(words) == "AAAsAf8P"  # 0, 300, 4095 as little-endian uint16, base64
+    assert decode_mask(encode_mask(words)) == words
+    assert decode_mask(encode_mask(0)) == 0
+    for bad in ("AAA", "AQAAAA==", "ABA="):  # odd bytes; bits 1,0 not ascending; bit 4096
+        with pytest.raises(ValueError, match="word mask"):
+            decode_mask(bad)
+
+
+def test_a_merge_keeps_what_another_process_learned_meanwhile() -> None:
+    base = ExampleMemory(per_node=4)
+    mine, theirs = ExampleMemory(per_node=4), ExampleMemory(per_node=4)
+    for i in range(4):
+        mine.add("lookup", "agent", 1 << i, f"a{i}")
+        theirs.add("lookup", "agent", 1 << (10 + i), f"b{i}")
+    merged = mine.merged(theirs, base)  # both learned 4 since the (empty) base
+    assert [item[3] for item in merged.to_list()] == ["a0", "a1", "a2", "a3"]  # newest 4 kept
+    merged = mine.merged(theirs, mine)  # mine learned nothing since its last save
+    assert [item[3] for item in merged.to_list()] == ["b0", "b1", "b2", "b3"]
     model = ContentPredictor(memory=ExampleMemory(per_node=4))
     learn_in(model, lookup_runs(30, seed=6))
     assert (len(model.memory), model.observations) == (4, 30)

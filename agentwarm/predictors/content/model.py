@@ -122,9 +122,11 @@ class ContentPredictor:
     def observe_in(self, path: Sequence[str], next_node: str, context: StepContext) -> None:
         """Learn ``path -> next_node`` in ``context``: one gradient step of the logistic model,
         one example for the memory, then the path experts' count."""
-        if path and not context.empty:
-            self._learn(path, next_node, context)
-        self.path.observe(path, next_node)
+        try:
+            if path and not context.empty:
+                self._learn(path, next_node, context)
+        finally:  # the path experts learn whatever happened to the rest
+            self.path.observe(path, next_node)
 
     def _learn(self, path: Sequence[str], next_node: str, context: StepContext) -> None:
         if next_node not in self._classes and len(self._classes) < self.max_classes:
@@ -226,7 +228,8 @@ class ContentPredictor:
     def merged(self, latest: Self, base: Self | None) -> Self:
         """``latest`` plus what this model learned since ``base``: the path experts merge their
         counts; ``W`` adds this model's change (by name); the memory keeps ``latest``'s
-        examples and adds this one's new ones; the offsets are this model's (last writer).
+        examples and adds those this one added since ``base``; the offsets are this model's
+        (last writer).
 
         Raises:
             ValueError: ``latest`` or ``base`` has another configuration.
@@ -240,7 +243,7 @@ class ContentPredictor:
             max_classes=self.max_classes,
             learning_rate=self.learning_rate,
             offset_rate=self.offset_rate,
-            memory=self.memory.merged_with(latest.memory),
+            memory=self.memory.merged(latest.memory, base.memory if base is not None else None),
         )
         classes = list(dict.fromkeys([*latest.classes, *self.classes]))[: self.max_classes]
         columns = [

@@ -16,19 +16,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from agentwarm.predictors import _serial
-from agentwarm.predictors.content.memory import ExampleMemory
+from agentwarm.predictors.content.memory import ExampleMemory, decode_mask
 
 __all__ = ("ContentState", "decode_weights", "encode_weights", "memory_of", "parse")
 
 #: Most buckets accepted (the default is 16,384).
 MAX_BUCKETS = 1 << 22
 #: Most examples in a saved memory.
-MAX_EXAMPLES = 1_000_000
+MAX_EXAMPLES = 200_000
 
 Int = Annotated[int, Strict(), Field(ge=1, le=MAX_BUCKETS)]
 Finite = Annotated[float, Strict(), Field(allow_inf_nan=False)]
-#: A word mask in hex (at most BITS bits).
-Mask = Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{1,1024}$")]
+#: A word mask: its set bits as base64 16-bit integers (checked by ``decode_mask``).
+Mask = Annotated[str, Strict(), Field(max_length=11_000, pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
 Example = tuple[_serial.Name, Annotated[str, Strict()], Mask, _serial.Name]
 
 
@@ -39,6 +39,15 @@ class MemoryState(BaseModel):
     k: Int
     power: Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
     examples: Annotated[list[Example], Field(max_length=MAX_EXAMPLES)]
+
+    @model_validator(mode="after")
+    def _masks(self) -> MemoryState:
+        for i, example in enumerate(self.examples):
+            try:
+                decode_mask(example[2])
+            except ValueError as exc:
+                raise ValueError(f"memory.examples.{i}: {exc}") from None
+        return self
 
 
 class ContentState(BaseModel):
