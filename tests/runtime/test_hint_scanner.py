@@ -121,3 +121,14 @@ def test_scanner_for_and_output_hint_follow_the_node():
     assert output_hint("I want my money back", triage, list(triage.next), reads) == "refunds"
     assert output_hint("billing", triage, list(triage.next), reads) is None
     assert scanner_for(triage, [END], reads) is None
+
+
+def test_a_name_in_a_calls_arguments_names_no_tool():
+    scanner = HintScanner(["billing"], words=[])
+    text = '<tool_call>{"name": "lookup_user", "arguments": {"name": "billing"}}</tool_call>'
+    assert scanner.feed(text) is None
+    # The next call's own name counts (the first "name" of each call object).
+    assert scanner.feed('\n<tool_call>{"name": "billing", "arguments": {}}') == "billing"
+    listed = HintScanner(["billing"], words=[])
+    calls = '[TOOL_CALLS][{"name": "lookup", "arguments": {"name": "billing"}}, {"name": "b'
+    assert feed_all(listed, [calls, 'illing"']) == [None, "billing"]
