@@ -233,3 +233,59 @@ def test_hints_are_checked_against_next(hints, message):
         @node(name="triage", next=["refunds", END], hints=hints)
         def triage(ctx):
             return END
+
+
+class _RefundsLikely:
+    """A ContextPredictor stub: after triage, refunds is likely and lookup below min_p."""
+
+    def predict(self, path, state=None, *, candidates=None):
+        return self.predict_in(path, None, candidates=candidates)
+
+    def observe(self, path, next_node):
+        pass
+
+    def predict_in(self, path, context, *, candidates=None):
+        if path[-1] != "triage":
+            return [(END, 1.0)]
+        return [("refunds", 0.97), (END, 0.02), ("lookup", 0.01)]
+
+    def observe_in(self, path, next_node, context):
+        pass
+
+    def to_dict(self):
+        return {}
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls()
+
+
+async def test_a_mid_decode_hint_the_whole_output_rejects_is_not_kept():
+    """ "Not lookup, refunds." names lookup at "lookup," (hinted mid-decode), but the whole
+    output names both: no hint. lookup, below min_p, is then fallen like any other candidate:
+    not extended with the step's exchange (one request)."""
+
+    def reply(prompt: str) -> str | None:
+        return "Not lookup, refunds." if "You sort support requests" in prompt else None
+
+    @node(name="triage", entry=True, system=SYSTEM["triage"], next=["lookup", "refunds", END])
+    async def triage(ctx: Context) -> str:
+        await ctx.llm(ctx.input, max_tokens=100)
+        return "refunds"
+
+    def leaf(name: str):
+        @node(name=name, system=SYSTEM[name], next=[END])
+        async def fn(ctx: Context) -> str:
+            await ctx.llm("go on", max_tokens=4)
+            return END
+
+        return fn
+
+    wf = WorkflowGraph("support").add(triage, leaf("lookup"), leaf("refunds")).compile()
+    engine = ScriptedEngine(reply)
+    policy = PrefetchPolicy(timing="after_llm")
+    result = await wf.run("hi", engine=engine, predictor=_RefundsLikely(), policy=policy)
+    triage_step = result.steps[0]
+    assert triage_step.hint_node == "lookup"  # what was read mid-decode stays recorded
+    lookups = [p for p in triage_step.prefetches if p.target == "lookup"]
+    assert [(p.rank, p.requests) for p in lookups] == [(-1, 1)]

@@ -208,11 +208,13 @@ class Reading:
             self._swallow(exc, "prefetching the hinted %r in step %r", name, scope.spec.name)
 
     def _hinted(self, scope: StepScope, text: str) -> str | None:
+        """The successor the finished output ``text`` names, now ``scope.hinted``: it replaces
+        a mid-decode hint the whole output does not confirm (``None``: no exemption left)."""
         if not self.policy.use_output_hints or not text:
             return None
         successors = self.workflow.successors(scope.spec.name)
         hinted = output_hint(text, scope.spec, successors, self.timing.reads_prompt)
+        scope.hinted = hinted
         if hinted is not None:
-            scope.hinted = hinted
             scope.fallen.discard(hinted)
         return hinted

@@ -167,13 +167,13 @@ class Prefetcher(Reading):
         ):
             return
         try:
-            if scope.deferred:
-                scope.deferred = False
-                self._extend(scope, list(scope.prefetches))  # hinted while it streamed
-                self._speculate(scope, self._hinted(scope, output_text))
-                return
-            hinted = self._hinted(scope, output_text)
+            hinted = self._hinted(scope, output_text)  # the whole output's, if any
             risen = self._stop_fallen(scope) if reranked else []  # before extending them
+            if scope.deferred:
+                scope.deferred = False  # extend those hinted while it streamed
+                self._extend(scope, [t for t in scope.prefetches if t not in scope.fallen])
+                self._speculate(scope, hinted)
+                return
             targets = [t for t in scope.prefetches if t not in scope.fallen and t not in risen]
             if hinted is not None and hinted not in scope.prefetches:
                 targets.append(hinted)
