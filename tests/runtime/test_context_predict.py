@@ -8,6 +8,8 @@ No timing: what is sent and observed, in order (no sleeps).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -259,3 +261,33 @@ async def test_a_finished_candidate_that_fell_is_not_extended():
         ("lookup", 1, PrefetchOutcome.WASTED),
         ("refunds", 2, PrefetchOutcome.HIT),
     ]
+
+
+async def test_a_tool_results_re_ranking_does_not_restart_the_idle_clock():
+    """act: LLM call (its candidates are speculated), a tool that takes a while, its result
+    (re-ranks the step), then the next step's LLM call: act's learned idle time covers the
+    tool's, not only the moment from the result to the next call."""
+    marks: dict[str, float] = {}
+
+    @node(name="act", entry=True, system=SYSTEM["act"], next=["lookup", "refunds", END])
+    async def act(ctx: Context) -> str:
+        await ctx.llm(ctx.input, max_tokens=4)  # speculated before it returns
+        marks["llm_done"] = time.perf_counter()
+        await asyncio.sleep(0.05)  # the tool's work (simulated), not synchronisation
+        marks["tool_done"] = time.perf_counter()
+        ctx.add("refund approved", name="check")  # re-ranks act's successors
+        return "refunds"
+
+    def leaf(name: str):
+        @node(name=name, system=SYSTEM[name], next=[END])
+        async def fn(ctx: Context) -> str:
+            await ctx.llm("go on", max_tokens=4)
+            return END
+
+        return fn
+
+    wf = WorkflowGraph("support").add(act, leaf("lookup"), leaf("refunds")).compile()
+    session = wf.session(predictor=ToolResultPredictor())
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    await session.run("where is my order?", engine=engine)
+    assert session.spend.idle_s("act") >= marks["tool_done"] - marks["llm_done"]

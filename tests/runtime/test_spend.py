@@ -247,6 +247,38 @@ def test_idle_clock_measures_from_speculation_to_the_next_live_call():
     assert (est.idle_s("a"), est.idle_s("b")) == (1.5, 0.5)
 
 
+def test_a_re_ranking_of_the_same_step_keeps_its_first_mark():
+    """LLM -> a slow tool -> the result re-ranks the step -> the next step's LLM call: the
+    idle time runs from the step's first speculation, not from the re-ranking."""
+    now = [0.0]
+    est = SpendEstimator(alpha=1.0)
+    clock = IdleClock(est, clock=lambda: now[0])
+    step, other = object(), object()
+    assert clock.speculated("a", step) == 0.0
+    now[0] = 3.0  # the tool ran
+    assert clock.speculated("a", step) == 3.0  # re-ranked: 3 s into the window
+    now[0] = 3.25
+    clock.live()
+    assert est.idle_s("a") == 3.25
+    # After the live call, the same step's next speculation is a new mark; another step's
+    # replaces an unmeasured one.
+    assert clock.speculated("a", step) == 0.0
+    assert clock.speculated("b", other) == 0.0
+    now[0] = 4.0
+    clock.live()
+    assert (est.idle_s("a"), est.idle_s("b")) == (3.25, 0.75)
+
+
+def test_a_re_rankings_window_is_what_is_left_of_the_idle_time():
+    est = SpendEstimator()
+    est.observe_prefill(1000, 1.0)  # 1000 tok/s
+    est.observe_idle("a", 3.0)
+    assert est.free_tokens("a") == 3000.0
+    assert est.free_tokens("a", queued_tokens=500, elapsed_s=2.0) == 500.0
+    assert est.free_tokens("a", elapsed_s=5.0) == 0.0  # past the expected idle time
+    assert est.free_tokens("b", elapsed_s=5.0) == math.inf  # never observed: unbounded
+
+
 @given(st.lists(st.integers(0, 3), max_size=40), st.lists(st.integers(0, 3), max_size=40))
 def test_common_prefix_len(a, b):
     n = common_prefix_len(a, b)

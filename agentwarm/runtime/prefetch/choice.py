@@ -63,10 +63,12 @@ class Choice:
             self.budget = min(self.budget, admission.limits.max_tokens)
         self._sent = sent
         self._idle = IdleClock(spend)
+        self._elapsed_s = 0.0
 
-    def speculated(self, node: str) -> None:
-        """``node``'s step speculates now (its idle time runs until the next live call)."""
-        self._idle.speculated(node)
+    def speculated(self, node: str, step: object = None) -> None:
+        """``node``'s step speculates now (its idle time runs from the step's first
+        speculation until the next live call: a re-ranking's window is what is left of it)."""
+        self._elapsed_s = self._idle.speculated(node, step)
 
     def live(self) -> None:
         """A live LLM call of the run starts now."""
@@ -113,7 +115,9 @@ class Choice:
             return self._sent.new_tokens((self.namespace, target), prefix_ids(target))
 
         queued = self.admission.tokens_in_flight
-        free = self.spend.free_tokens(scope.spec.name, queued_tokens=queued)
+        free = self.spend.free_tokens(
+            scope.spec.name, queued_tokens=queued, elapsed_s=self._elapsed_s
+        )
         chosen = choose(
             predictions, policy=self.policy, limits=limits, new_tokens=new_tokens, free_tokens=free
         )

@@ -139,7 +139,7 @@ class Prefetcher(Reading):
 
     def _speculate(self, scope: StepScope, hinted: str | None = None) -> None:
         """Submit the chosen candidates' known prefixes (and ``hinted``, if not chosen)."""
-        self._choice.speculated(scope.spec.name)
+        self._choice.speculated(scope.spec.name, scope)
         try:
             limits = self.guardrail.limits(self.policy)
             if limits.paused:

@@ -187,10 +187,11 @@ class SpendEstimator:
         if 0.0 <= seconds < math.inf:
             self._idle[node] = self._ewma(self._idle.get(node), seconds)
 
-    def free_tokens(self, node: str, queued_tokens: float = 0.0) -> float:
-        """The idle window after ``node``'s speculation, in tokens:
-        ``max(0, throughput_tok_s * idle_s(node) - queued_tokens)``."""
-        idle = self.idle_s(node)
+    def free_tokens(self, node: str, queued_tokens: float = 0.0, elapsed_s: float = 0.0) -> float:
+        """The idle window after ``node``'s speculation, in tokens, ``elapsed_s`` into it (a
+        re-ranking later in the step): ``max(0, throughput_tok_s * max(0, idle_s(node) -
+        elapsed_s) - queued_tokens)``."""
+        idle = max(0.0, self.idle_s(node) - elapsed_s)
         if idle == 0.0:
             return 0.0  # also with an unknown (infinite) throughput
         return max(0.0, self.throughput_tok_s * idle - queued_tokens)
@@ -199,23 +200,30 @@ class SpendEstimator:
 class IdleClock:
     """One run's measurement of idle time for a :class:`SpendEstimator`: :meth:`speculated`
     when a step speculates, :meth:`live` before each live LLM call; the first live call after
-    a speculation gives that node its idle seconds."""
+    a step's first speculation gives that node its idle seconds (a re-ranking of the same step
+    keeps the mark: the window runs from the first speculation)."""
 
     def __init__(
         self, estimator: SpendEstimator, *, clock: Callable[[], float] = time.perf_counter
     ) -> None:
         self.estimator = estimator
         self._clock = clock
-        self._mark: tuple[str, float] | None = None
+        self._mark: tuple[str, float, object] | None = None
 
-    def speculated(self, node: str) -> None:
-        """``node``'s step speculates now (a later speculation replaces an unmeasured one)."""
-        self._mark = (node, self._clock())
+    def speculated(self, node: str, step: object = None) -> float:
+        """``node``'s step (``step``: its identity) speculates now; returns the seconds since
+        that step's first speculation still unmeasured (0.0 for a new mark). Another step's
+        speculation replaces an unmeasured mark; the same step's (a re-ranking) keeps it."""
+        now = self._clock()
+        if self._mark is not None and step is not None and self._mark[2] is step:
+            return now - self._mark[1]
+        self._mark = (node, now, step)
+        return 0.0
 
     def live(self) -> None:
-        """A live LLM call starts now: the idle time since the last speculation ends."""
+        """A live LLM call starts now: the idle time since the mark ends."""
         if self._mark is not None:
-            node, at = self._mark
+            node, at, _ = self._mark
             self._mark = None
             self.estimator.observe_idle(node, self._clock() - at)
 
