@@ -293,3 +293,31 @@ def test_sent_prefixes_count_only_the_tokens_past_what_was_sent():
     assert sent.new_tokens("a", [1, 2, 3, 4, 5]) == 2
     assert sent.new_tokens("a", [1, 9, 3, 4]) == 3
     assert sent.new_tokens("b", [1, 2, 3]) == 3
+
+
+def test_sent_prefixes_keep_at_most_max_entries_least_recently_used_forgotten():
+    sent = SentPrefixes(max_entries=2)
+    sent.sent("a", [1, 2])
+    sent.sent("b", [3, 4])
+    assert sent.new_tokens("a", [1, 2, 5]) == 1  # a used: b is now the least recent
+    sent.sent("c", [6])
+    assert len(sent) == 2
+    assert sent.new_tokens("b", [3, 4]) == 2  # forgotten: its whole prefix counts
+    assert (sent.new_tokens("a", [1, 2]), sent.new_tokens("c", [6])) == (0, 0)
+    many = SentPrefixes()
+    for i in range(5000):
+        many.sent(("ns", f"node{i}"), [i], run=f"run{i}")
+    assert len(many) == many.max_entries == 1024
+    with pytest.raises(ValueError, match="max_entries"):
+        SentPrefixes(max_entries=0)
+
+
+def test_a_runs_own_sent_prefix_is_consulted_before_the_shared_one():
+    sent = SentPrefixes()
+    sent.sent("b", [1, 2, 3, 4], run="r1")
+    sent.sent("b", [1, 9], run="r2")  # another conversation, sent later
+    assert sent.new_tokens("b", [1, 2, 3, 4, 5], run="r1") == 1
+    assert sent.new_tokens("b", [1, 9, 8], run="r2") == 1
+    # A run that sent nothing under "b" (or no run) estimates from the latest shared entry.
+    assert sent.new_tokens("b", [1, 9, 8], run="r3") == 1
+    assert sent.new_tokens("b", [1, 2, 3, 4, 5]) == 4

@@ -50,6 +50,7 @@ class Choice:
         spend: SpendEstimator,
         sent: SentPrefixes,
         namespace: str,
+        run_id: str | None = None,
     ) -> None:
         self.workflow = workflow
         self.renderer = renderer
@@ -58,6 +59,7 @@ class Choice:
         self.admission = admission
         self.spend = spend
         self.namespace = namespace
+        self.run_id = run_id
         self.budget = policy.max_prefetch_tokens
         if admission.limits.max_tokens is not None:  # the run's share of the engine's cache
             self.budget = min(self.budget, admission.limits.max_tokens)
@@ -76,7 +78,7 @@ class Choice:
 
     def sent(self, target: str, ids: list[int]) -> None:
         """``ids`` were sent (or shared) as ``target``'s prefix: cached from now on."""
-        self._sent.sent((self.namespace, target), ids)
+        self._sent.sent((self.namespace, target), ids, run=self.run_id)
 
     def prefix_ids(self, target: str) -> list[int]:
         """``target``'s known prefix, rendered now."""
@@ -112,7 +114,8 @@ class Choice:
             return rendered[target]
 
         def new_tokens(target: str) -> int:
-            return self._sent.new_tokens((self.namespace, target), prefix_ids(target))
+            key = (self.namespace, target)
+            return self._sent.new_tokens(key, prefix_ids(target), run=self.run_id)
 
         queued = self.admission.tokens_in_flight
         free = self.spend.free_tokens(

@@ -93,6 +93,7 @@ class Prefetcher(Reading):
             spend=spend,
             sent=sent,
             namespace=namespace,
+            run_id=run_id,
         )
         self._tracer = tm.get_tracer()
         self._instruments = tm.instruments()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
 from agentwarm._spec import END
@@ -60,6 +61,8 @@ __all__ = (
 
 #: Weight of the newest observation in the estimator's EWMAs.
 SPEND_ALPHA = 0.25
+#: Tags a run's own entry in :class:`SentPrefixes`.
+_RUN = "run"
 
 
 def threshold(price: float) -> float:
@@ -247,15 +250,43 @@ class SentPrefixes:
     """The latest token ids sent under each key (a node, or ``(namespace, node)`` to share
     across runs), to estimate what a candidate's prefill would compute: the tokens past what was
     sent for it before (a node's prefix grows append-only). Optimistic: an engine may have
-    evicted them."""
+    evicted them.
 
-    def __init__(self) -> None:
-        self._sent: dict[Hashable, Sequence[int]] = {}
+    A ``run`` also keeps its own entry, consulted before the shared one (concurrent runs send
+    different conversations under one key). At most ``max_entries`` entries are kept, the least
+    recently used forgotten first (a forgotten one costs its whole prefix: a cautious estimate).
+    """
 
-    def sent(self, key: Hashable, ids: Sequence[int]) -> None:
-        """``ids`` were sent (prefilled) under ``key``."""
+    def __init__(self, max_entries: int = 1024) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self._sent: OrderedDict[Hashable, Sequence[int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._sent)
+
+    def _put(self, key: Hashable, ids: Sequence[int]) -> None:
         self._sent[key] = ids
+        self._sent.move_to_end(key)
+        while len(self._sent) > self.max_entries:
+            self._sent.popitem(last=False)
 
-    def new_tokens(self, key: Hashable, ids: Sequence[int]) -> int:
-        """Tokens of ``ids`` past their common prefix with the latest sent under ``key``."""
-        return len(ids) - common_prefix_len(ids, self._sent.get(key, ()))
+    def _get(self, key: Hashable) -> Sequence[int] | None:
+        ids = self._sent.get(key)
+        if ids is not None:
+            self._sent.move_to_end(key)
+        return ids
+
+    def sent(self, key: Hashable, ids: Sequence[int], run: Hashable = None) -> None:
+        """``ids`` were sent (prefilled) under ``key`` (by ``run``, when given)."""
+        self._put(key, ids)
+        if run is not None:
+            self._put((_RUN, run, key), ids)
+
+    def new_tokens(self, key: Hashable, ids: Sequence[int], run: Hashable = None) -> int:
+        """Tokens of ``ids`` past their common prefix with the latest sent under ``key`` (by
+        ``run`` if it sent any, else by anyone)."""
+        mine = self._get((_RUN, run, key)) if run is not None else None
+        latest = mine if mine is not None else self._get(key)
+        return len(ids) - common_prefix_len(ids, latest or ())
