@@ -291,3 +291,31 @@ async def test_a_tool_results_re_ranking_does_not_restart_the_idle_clock():
     engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
     await session.run("where is my order?", engine=engine)
     assert session.spend.idle_s("act") >= marks["tool_done"] - marks["llm_done"]
+
+
+async def test_the_guardrail_scores_what_the_step_prefetched_not_its_last_ranking():
+    """Nothing worth a prefetch at step start; the tool result makes refunds certain, but
+    without refreshes it is not sent: the step's branch is a miss, though its last ranking
+    names refunds first."""
+    wf = make_support(wait=False).compile()
+    session = wf.session(predictor=ToolResultPredictor())
+    scored: list[bool] = []
+    observe = session.guardrail.observe
+
+    def record(hit: bool, policy: PrefetchPolicy) -> Any:
+        scored.append(hit)
+        return observe(hit, policy)
+
+    session.guardrail.observe = record  # type: ignore[method-assign]
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    policy = PrefetchPolicy(timing="step_start", refresh_after_llm=False)
+    state = {"tool": "refund approved", "next": "refunds"}
+    result = await session.run("hello", engine=engine, policy=policy, state=state)
+    assert [p.target for p in result.steps[0].prefetches if p.speculative] == []
+    assert scored == [False]  # act -> refunds (refunds -> END is not scored)
+    # With refreshes on, the result's re-ranking sends refunds: a hit.
+    scored.clear()
+    await session.run(
+        "hello", engine=engine, policy=PrefetchPolicy(timing="step_start"), state=state
+    )
+    assert scored == [True]

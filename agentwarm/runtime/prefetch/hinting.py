@@ -120,6 +120,8 @@ class Reading:
                 context=scope.context,
             )
         )
+        if not scope.first_predictions:
+            scope.first_predictions = scope.predictions
 
     def _repredict(self, scope: StepScope) -> bool:
         """Predict again on the grown conversation (a ContextPredictor only: for others the

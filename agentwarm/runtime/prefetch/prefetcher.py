@@ -24,7 +24,7 @@ from agentwarm.runtime.prefetch.hinting import Reading
 from agentwarm.runtime.prefetch.rules import (
     hit_targets,
     plan_warm_up,
-    predicted_branch,
+    prefetched_branch,
     shared_request,
 )
 from agentwarm.runtime.prefetch.sender import Sender
@@ -306,7 +306,8 @@ class Prefetcher(Reading):
         try:
             for nxt in actual:  # in the context of the latest prediction: the step's end
                 observe_with(self.predictor, scope.path, nxt, scope.context)
-            scored = predicted_branch(scope.predictions, actual, self.policy)
+            chosen = [t for t, pf in scope.prefetches.items() if pf.record.speculative]
+            scored = prefetched_branch(chosen, scope.first_predictions, actual, self.policy)
             if scored is not None:
                 self.guardrail.observe(scored, self.policy)
         except Exception as exc:

@@ -22,6 +22,7 @@ __all__ = (
     "outcome",
     "plan_warm_up",
     "predicted_branch",
+    "prefetched_branch",
     "shared_request",
     "within_budget",
 )
@@ -45,6 +46,24 @@ def predicted_branch(
     p = policy
     top = choose_candidates(predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p)
     return any(a in {name for _, name, _ in top} for a in real)
+
+
+def prefetched_branch(
+    prefetched: Collection[str],
+    first_predictions: Sequence[tuple[str, float]],
+    actual: Collection[str],
+    policy: PrefetchPolicy,
+) -> bool | None:
+    """What the guardrail scores for a step of a run: whether one of the nodes it chose
+    (``actual``, END aside) was among the targets it chose to prefetch speculatively
+    (``prefetched``, by any ranking or hint; admission may have refused some: the prediction is
+    judged, not the engine's room). A step that prefetched nothing (speculation paused, or
+    nothing worth it) is scored on its first predictions (:func:`predicted_branch`), so a
+    paused workflow notices when its predictions recover."""
+    real = [a for a in actual if a != END]
+    if real and prefetched:
+        return any(a in prefetched for a in real)
+    return predicted_branch(first_predictions, actual, policy)
 
 
 def within_budget(

@@ -105,6 +105,8 @@ class StepScope:
     prefetch_records: list[PrefetchRecord]
     started: float = field(default_factory=time.perf_counter)
     predictions: list[tuple[str, float]] = field(default_factory=list)
+    first_predictions: list[tuple[str, float]] = field(default_factory=list)
+    """The step's predictions at its start (``predictions`` are renewed by each re-ranking)."""
     prefetches: dict[str, Prefetch] = field(default_factory=dict)
     deferred: bool = False
     lead_s: float | None = None
