@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,8 @@ class WorkflowSession:
     predictor store there; a store that cannot be written is reported with a warning and the
     session keeps learning in memory, so no run fails for it. Each save adds what this session
     learned since its previous save to the file under a lock, so sessions of several processes
-    sharing ``state_dir`` lose nothing.
+    sharing ``state_dir`` lose nothing. A run's save snapshots the predictor on the event loop
+    (other runs keep learning there) and merges and writes the snapshot in a thread.
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class WorkflowSession:
         self.spend = SpendEstimator()
         self.sent_prefixes = SentPrefixes()
         self.store: PredictorStore | None = None
+        self._saving = threading.Lock()  # one save at a time (the store's merge base)
         if state_dir is not None:
             self.store = PredictorStore(Path(state_dir))
         if predictor is not None:
@@ -114,15 +117,44 @@ class WorkflowSession:
             return await run.execute()
         finally:
             if self.store is not None:  # no thread hop per run when there is nothing to save
-                await asyncio.to_thread(self.save)
+                await self._save_after_run()
+
+    async def _save_after_run(self) -> None:
+        """Snapshot the predictor here, on the loop where runs change it (iterating its state
+        in a thread while they do fails), then merge and write in a thread. Any failure is a
+        warning: the learned state stays in memory and the run's result stands."""
+        try:
+            state = self.predictor.to_dict()
+            await asyncio.to_thread(self._write, state)
+        except Exception as exc:
+            _warn_not_saved(exc)
 
     def save(self) -> None:
         """Persist the predictor (when a state dir is set); warn, never raise, on failure."""
         if self.store is None:
             return
         try:
-            self.store.save(self.workflow.name, self.predictor, nodes=self._node_set())
+            self._write(self.predictor.to_dict())
         except PredictorStateError as exc:
-            from agentwarm.predictors import PredictorStateWarning
+            _warn_not_saved(exc)
 
-            warnings.warn(f"learned state not saved: {exc}", PredictorStateWarning, stacklevel=2)
+    def _write(self, state: dict[str, Any]) -> None:
+        """Save the predictor's ``state`` (a snapshot), merged with the file by the store.
+
+        The store merges only a predictor it loaded or saved, by identity: a copy rebuilt from
+        the snapshot takes over as the store's merge base (same base state)."""
+        store = self.store
+        assert store is not None
+        name = self.workflow.name
+        with self._saving:
+            copy = type(self.predictor).from_dict(state)
+            base = store._base.get(name)
+            if base is not None:
+                store._base[name] = (copy, base[1])
+            store.save(name, copy, nodes=self._node_set())
+
+
+def _warn_not_saved(exc: Exception) -> None:
+    from agentwarm.predictors import PredictorStateWarning
+
+    warnings.warn(f"learned state not saved: {exc}", PredictorStateWarning, stacklevel=3)
