@@ -51,7 +51,7 @@ def test_attribute_keys_are_pinned() -> None:
         "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS": "gen_ai.usage.cache_read.input_tokens",
     }
     own = [v for k, v in vars(names).items() if k.startswith("AW_")]
-    assert len(own) == 22
+    assert len(own) == 23
     assert all(v.startswith("agentwarm.") for v in own)
     assert tm.AW_STEP_TTFT == "agentwarm.step.ttft_s"
     assert tm.AW_STEP_HINT_NODE == "agentwarm.step.hint_node"
@@ -259,6 +259,11 @@ def test_step_result_attributes_leave_out_missing_ttft() -> None:
         "agentwarm.step.hint_node": "refund",
         "agentwarm.step.hint_lead_s": 0.125,
     }
+    gained = tm.step_result_attributes(
+        ttft_s=None, prompt_tokens=0, cached_tokens=0, hint_node="refund", hint_gain_s=0.0625
+    )
+    assert gained["agentwarm.step.hint_gain_s"] == 0.0625
+    assert tm.AW_STEP_HINT_GAIN == "agentwarm.step.hint_gain_s"
 
 
 def test_jsonl_exporter_roundtrip(tmp_path: Path) -> None:

@@ -19,7 +19,10 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
 * Mid-decode hints (:mod:`agentwarm.stats.hints`): ``hint_steps`` steps had a successor named
   by their streamed output before they ended, ``hints_right`` of those hints named one of the
   step's actual next nodes; ``hint_lead_mean_s`` / ``hint_lead_p50_s``: mean / median seconds
-  from the hint to the step's end (``None`` without hints). The table shows them in ms.
+  from the hint to the step's end (``None`` without hints); ``hint_gain_mean_s`` /
+  ``hint_gain_p50_s``: of seconds from the hint to the end of the LLM call it was read from
+  (what reading mid-decode gained over reading the finished output). The table shows them in
+  ms.
 * ``gap_to_oracle``: where agentwarm's mean TTFT exceeds the oracle's. Both modes replay the
   same steps in the same order, so the steps pair up; each pair's TTFT difference is put under
   agentwarm's outcome for that step (``hit``: its node was prefetched, ``miss``: not, ``none``:
@@ -267,6 +270,8 @@ class BenchReport:
             for label, key in (
                 ("  hint lead mean ms", "hint_lead_mean_s"),
                 ("  hint lead p50 ms", "hint_lead_p50_s"),
+                ("  hint gain mean ms", "hint_gain_mean_s"),
+                ("  hint gain p50 ms", "hint_gain_p50_s"),
             ):
                 table.add_row(label, *(_ms(self.modes[m].get(key)) for m in modes))
         console.print(table)

@@ -46,8 +46,10 @@ class StepRecord:
     A *mid-decode hint* is the successor the step's streamed output named before the step
     ended (:mod:`agentwarm.runtime.prefetch.scanner`): ``hint_node`` (``None``: no hint),
     ``hint_at_s`` when it was read (seconds after the step started) and ``hint_lead_s`` the
-    lead it gave its prefetch over the step's end (``duration_s - hint_at_s``), which reading
-    hints only after the LLM call returned would not have had.
+    lead it gave its prefetch over the step's end (``duration_s - hint_at_s``). Part of that
+    lead (the step's work after its LLM call) a hint read from the finished output had too:
+    ``hint_gain_s`` is what reading mid-decode gained, from the hint to the end of the LLM call
+    whose output named it.
     """
 
     index: int
@@ -64,7 +66,15 @@ class StepRecord:
     hint_node: str | None = None
     hint_at_s: float | None = None
     hint_lead_s: float | None = None
+    hint_gain_s: float | None = None
     prefetches: list[PrefetchRecord] = field(default_factory=list)
+
+    def note_hint(self, hint: tuple[str, float, float | None], started: float, end: float) -> None:
+        """The step's mid-decode hint ``(node, read at, its LLM call's end)`` (clock times,
+        like ``started`` and ``end``, the step's start and end)."""
+        self.hint_node, at, call_end = hint
+        self.hint_at_s, self.hint_lead_s = at - started, end - at
+        self.hint_gain_s = None if call_end is None else call_end - at
 
     @property
     def outcome(self) -> StepOutcome:

@@ -289,8 +289,7 @@ class Run:
                 self.prefetcher.warm(scope, n)
             record.duration_s = (end := time.perf_counter()) - t0
             if scope.mid_hint is not None:  # the lead a mid-decode hint gave its prefetch
-                record.hint_node, at = scope.mid_hint
-                record.hint_at_s, record.hint_lead_s = at - scope.started, end - at
+                record.note_hint(scope.mid_hint, scope.started, end)
             span.set_attributes(
                 tm.step_result_attributes(
                     ttft_s=record.ttft_s,
@@ -298,6 +297,7 @@ class Run:
                     cached_tokens=record.cached_tokens,
                     hint_node=record.hint_node,
                     hint_lead_s=record.hint_lead_s,
+                    hint_gain_s=record.hint_gain_s,
                 )
             )
         return nexts, hits, path

@@ -8,6 +8,10 @@ ended (``runtime.prefetch.scanner``), read from the runtime's records or from st
 * ``hint_lead_mean_s`` / ``hint_lead_p50_s``: mean and median, over the hinted steps that
   report one, of the lead a hint gave its prefetch: seconds from the hint to the step's end
   (``None`` when no step had a hint).
+* ``hint_gain_mean_s`` / ``hint_gain_p50_s``: the same of the lead reading mid-decode gained
+  over reading the finished output: seconds from the hint to the end of the LLM call whose
+  output named it (the lead includes the step's work after that call, which a hint read after
+  it had too; ``None`` when no hinted step reports one: traces carry no gain yet).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class HintFigures:
     hints_right: int | None = None
     hint_lead_mean_s: float | None = None
     hint_lead_p50_s: float | None = None
+    hint_gain_mean_s: float | None = None
+    hint_gain_p50_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +66,8 @@ def hint_figures(
     (without it ``hints_right`` is ``None``)."""
     hinted = [s for s in steps if s.hint_node is not None]
     leads = [s.hint_lead_s for s in hinted if s.hint_lead_s is not None]
+    # A step span of a trace has no gain (StepRecord has): None for it.
+    gains = [g for s in hinted if (g := getattr(s, "hint_gain_s", None)) is not None]
     return HintFigures(
         hint_steps=len(hinted),
         hints_right=(
@@ -67,6 +75,8 @@ def hint_figures(
         ),
         hint_lead_mean_s=statistics.fmean(leads) if leads else None,
         hint_lead_p50_s=percentile(leads, 50),
+        hint_gain_mean_s=statistics.fmean(gains) if gains else None,
+        hint_gain_p50_s=percentile(gains, 50),
     )
 
 

@@ -24,6 +24,7 @@ from agentwarm.telemetry.names import (
     AW_RUN_ID,
     AW_STEP_CACHED_TOKENS,
     AW_STEP_FROM,
+    AW_STEP_HINT_GAIN,
     AW_STEP_HINT_LEAD,
     AW_STEP_HINT_NODE,
     AW_STEP_INDEX,
@@ -129,9 +130,10 @@ def step_result_attributes(
     cached_tokens: int,
     hint_node: str | None = None,
     hint_lead_s: float | None = None,
+    hint_gain_s: float | None = None,
 ) -> dict[str, AttributeValue]:
     """Attributes of a step span known at its end; TTFT is left out when no LLM call was made,
-    the mid-decode hint and its lead when the step had no hint."""
+    the mid-decode hint, its lead and gain when the step had no hint."""
     attrs: dict[str, AttributeValue] = {
         AW_STEP_PROMPT_TOKENS: prompt_tokens,
         AW_STEP_CACHED_TOKENS: cached_tokens,
@@ -142,6 +144,8 @@ def step_result_attributes(
         attrs[AW_STEP_HINT_NODE] = hint_node
         if hint_lead_s is not None:
             attrs[AW_STEP_HINT_LEAD] = hint_lead_s
+        if hint_gain_s is not None:
+            attrs[AW_STEP_HINT_GAIN] = hint_gain_s
     return attrs
 
 

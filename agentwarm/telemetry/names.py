@@ -26,6 +26,7 @@ __all__ = (
     "AW_RUN_ID",
     "AW_STEP_CACHED_TOKENS",
     "AW_STEP_FROM",
+    "AW_STEP_HINT_GAIN",
     "AW_STEP_HINT_LEAD",
     "AW_STEP_HINT_NODE",
     "AW_STEP_INDEX",
@@ -128,6 +129,9 @@ absent when there was none."""
 AW_STEP_HINT_LEAD = "agentwarm.step.hint_lead_s"
 """Seconds from the mid-decode hint to the step's end (the lead it gave its prefetch); set with
 :data:`AW_STEP_HINT_NODE`."""
+AW_STEP_HINT_GAIN = "agentwarm.step.hint_gain_s"
+"""Seconds from the mid-decode hint to the end of the LLM call whose output it read: the lead
+reading mid-decode gained over reading the finished output; set with :data:`AW_STEP_HINT_NODE`."""
 AW_PREFILL_SOURCE = "agentwarm.prefill.source"
 """The node whose step issued the prefill."""
 AW_PREFILL_TARGET = "agentwarm.prefill.target"

@@ -149,6 +149,15 @@ async def test_bench_reports_the_mid_decode_hints_per_mode(tmp_path: Path) -> No
     steps = [s for res in report.runs["agentwarm"].results for s in res.steps]
     leads = [s.hint_lead_s for s in steps if s.hint_lead_s is not None]
     assert a["hint_lead_mean_s"] == sum(leads) / len(leads)
+    # The gain is only up to the end of the LLM call the hint was read from: less than the
+    # lead by at least the step's think time after it.
+    gains = [s.hint_gain_s for s in steps if s.hint_gain_s is not None]
+    assert len(gains) == len(leads) == 9
+    assert a["hint_gain_mean_s"] == sum(gains) / len(gains)
+    assert all(
+        0 <= s.hint_gain_s <= s.hint_lead_s - THINK_S for s in steps if s.hint_gain_s is not None
+    )
+    assert (r["hint_gain_mean_s"], r["hint_gain_p50_s"]) == (None, None)
     assert all(s.hint_at_s is not None and s.hint_at_s < s.duration_s for s in steps)
     # Reactive mode does not prefetch, so it reads no hints.
     assert (r["hint_steps"], r["hints_right"], r["hint_lead_mean_s"]) == (0, 0, None)

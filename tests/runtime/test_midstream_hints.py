@@ -124,6 +124,9 @@ async def test_the_hinted_successor_is_sent_before_the_stream_ends():
     assert 0 < triage.hint_at_s < triage.hint_at_s + triage.hint_lead_s
     assert triage.hint_lead_s < triage.duration_s
     assert result.hint_leads_s == [triage.hint_lead_s]
+    # Gained over reading the finished output: from the hint to the end of triage's LLM call
+    # (held open until lookup's prefill arrived), within the lead to the step's end.
+    assert triage.hint_gain_s is not None and 0 < triage.hint_gain_s <= triage.hint_lead_s
     # The hinted prefetch is the step's first, issued before the call returned, and a hit.
     first = triage.prefetches[0]
     assert (first.target, first.rank, first.kind) == ("lookup", -1, PrefetchKind.SPECULATIVE)

@@ -62,6 +62,8 @@ def test_hint_figures_from_step_spans(tmp_path: Path) -> None:
         "hints_right": 2,
         "hint_lead_mean_s": 0.40625,
         "hint_lead_p50_s": 0.375,
+        "hint_gain_mean_s": None,  # step spans carry no gain (yet)
+        "hint_gain_p50_s": None,
     }
     text = runner.invoke(app, ["stats", str(trace)], env={"COLUMNS": "160"})
     assert text.exit_code == 0, text.output
@@ -79,6 +81,8 @@ def test_no_hints_no_line(tmp_path: Path) -> None:
         "hints_right": 0,
         "hint_lead_mean_s": None,
         "hint_lead_p50_s": None,
+        "hint_gain_mean_s": None,
+        "hint_gain_p50_s": None,
     }
     assert "mid-decode" not in runner.invoke(app, ["stats", str(trace)]).stdout
 

@@ -158,17 +158,20 @@ class Reading:
     ) -> Completion:
         """The live LLM call of ``scope``'s step (``params``: ``Engine.generate``'s keywords).
         Streamed when hints are on and the step has none yet: the first successor its partial
-        output names is prefetched at once (:meth:`hint`) and kept, with when it was read, as
-        ``scope.mid_hint``."""
+        output names is prefetched at once (:meth:`hint`) and kept, with when it was read and
+        when the call returned, as ``scope.mid_hint``."""
         scanner = self.scanner(scope) if scope.hinted is None else None
         if scanner is None:
             return await self.engine.generate(ids, **params)
 
         def read(piece: str) -> None:
             if scanner.hint is None and (name := self.read_stream(scope, scanner, piece)):
-                scope.mid_hint = (name, time.perf_counter())
+                scope.mid_hint = (name, time.perf_counter(), None)
 
-        return await read_stream(self.engine.generate_stream(ids, **params), read)
+        completion = await read_stream(self.engine.generate_stream(ids, **params), read)
+        if scope.mid_hint is not None and scanner.hint is not None:  # hinted by this call
+            scope.mid_hint = (*scope.mid_hint[:2], time.perf_counter())
+        return completion
 
     def scanner(self, scope: StepScope) -> HintScanner | None:
         """A scanner of one streamed LLM output of ``scope``'s step (:meth:`read_stream`);

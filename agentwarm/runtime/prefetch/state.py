@@ -115,9 +115,10 @@ class StepScope:
     """The conversation ``predictions`` were made in (``None``: no transcript read)."""
     hinted: str | None = None
     """The successor the step's output named (mid-decode or after an LLM call), if any."""
-    mid_hint: tuple[str, float] | None = None
-    """The successor the step's streamed output named before its LLM call returned, and when
-    (``time.perf_counter()``): a mid-decode hint."""
+    mid_hint: tuple[str, float, float | None] | None = None
+    """The successor the step's streamed output named before its LLM call returned, when, and
+    when that call returned (``time.perf_counter()``; ``None`` until it has): a mid-decode
+    hint."""
     fallen: set[str] = field(default_factory=set)
     """Targets stopped because a re-ranking put them below ``min_p`` (not extended any more)."""
 
