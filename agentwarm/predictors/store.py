@@ -187,9 +187,19 @@ class PredictorStore:
             PredictorStateError: the directory or file cannot be created or written, or the
                 lock is held by another process for :data:`LOCK_TIMEOUT_S`.
         """
+        return self.save_snapshot(workflow, predictor.to_dict(), nodes, of=predictor)
+
+    def save_snapshot(
+        self, workflow: str, state: dict[str, Any], nodes: Iterable[str], *, of: Predictor
+    ) -> Path:
+        """:meth:`save` for ``state``, a ``to_dict()`` of the predictor ``of`` taken earlier
+        (e.g. on the event loop that owns ``of``, while this runs in a thread): merged as
+        ``of``'s would be, without touching ``of``; the next save of ``of`` adds only what it
+        learned after ``state``."""
         node_list = sorted(set(nodes))
         path = self.path_for(workflow)
-        mine = predictor.to_dict()
+        mine = state
+        predictor = of
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             with self._lock(workflow):
@@ -229,7 +239,8 @@ class PredictorStore:
                 return mine  # nobody else saved since: exactly what this process has
             cls = type(predictor)
             latest = cls.from_dict(latest_state)
-            merged: dict[str, Any] = predictor.merged(latest, cls.from_dict(base_state)).to_dict()
+            ours = cls.from_dict(mine)  # the snapshot, not ``predictor``: it may have moved on
+            merged: dict[str, Any] = ours.merged(latest, cls.from_dict(base_state)).to_dict()
             return merged
         except _UNUSABLE as exc:
             self._discard(path, exc)

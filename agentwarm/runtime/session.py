@@ -139,19 +139,14 @@ class WorkflowSession:
             _warn_not_saved(exc)
 
     def _write(self, state: dict[str, Any]) -> None:
-        """Save the predictor's ``state`` (a snapshot), merged with the file by the store.
-
-        The store merges only a predictor it loaded or saved, by identity: a copy rebuilt from
-        the snapshot takes over as the store's merge base (same base state)."""
+        """Save the predictor's ``state`` (a snapshot taken on the loop), merged with the file
+        by the store as the predictor's own state would be."""
         store = self.store
         assert store is not None
-        name = self.workflow.name
         with self._saving:
-            copy = type(self.predictor).from_dict(state)
-            base = store._base.get(name)
-            if base is not None:
-                store._base[name] = (copy, base[1])
-            store.save(name, copy, nodes=self._node_set())
+            store.save_snapshot(
+                self.workflow.name, state, nodes=self._node_set(), of=self.predictor
+            )
 
 
 def _warn_not_saved(exc: Exception) -> None:
