@@ -28,6 +28,7 @@ from agentwarm.errors import (
 )
 from agentwarm.graphs import check_timeout
 from agentwarm.runtime import PrefetchPolicy, RunResult, Workflow, load_workflow, summarize
+from agentwarm.stats import hint_figures
 
 __all__ = ("register", "run")
 
@@ -303,6 +304,9 @@ def _run(
     results = [r for _, r in done]
     summary = summarize(results, workflow=workflow.name)
     if as_json:
+        # The mid-decode hint figures, as `agentwarm stats --json` reads them from the traces.
+        steps = [st for r in results for st in r.steps]
+        summary.update(hint_figures(steps, next_of=lambda st: st.next).to_dict())
         summary["paths"] = [r.path for r in results]
         summary["per_run_branch_hit_rate"] = [r.summary()["branch_hit_rate"] for r in results]
         summary["failed_runs"] = [f.to_dict() for f in failed]

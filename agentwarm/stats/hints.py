@@ -11,7 +11,7 @@ ended (``runtime.prefetch.scanner``), read from the runtime's records or from st
 * ``hint_gain_mean_s`` / ``hint_gain_p50_s``: the same of the lead reading mid-decode gained
   over reading the finished output: seconds from the hint to the end of the LLM call whose
   output named it (the lead includes the step's work after that call, which a hint read after
-  it had too; ``None`` when no hinted step reports one: traces carry no gain yet).
+  it had too; ``None`` when no hinted step reports one).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class HintLike(Protocol):
     def hint_node(self) -> str | None: ...
     @property
     def hint_lead_s(self) -> float | None: ...
+    @property
+    def hint_gain_s(self) -> float | None: ...
 
 
 H = TypeVar("H", bound=HintLike)
@@ -66,8 +68,7 @@ def hint_figures(
     (without it ``hints_right`` is ``None``)."""
     hinted = [s for s in steps if s.hint_node is not None]
     leads = [s.hint_lead_s for s in hinted if s.hint_lead_s is not None]
-    # A step span of a trace has no gain (StepRecord has): None for it.
-    gains = [g for s in hinted if (g := getattr(s, "hint_gain_s", None)) is not None]
+    gains = [s.hint_gain_s for s in hinted if s.hint_gain_s is not None]
     return HintFigures(
         hint_steps=len(hinted),
         hints_right=(

@@ -210,6 +210,7 @@ class StepAttributes(SpanAttributes):
     cached_tokens: Count = Field(0, validation_alias=tn.AW_STEP_CACHED_TOKENS)
     hint_node: OptionalName = Field(None, validation_alias=tn.AW_STEP_HINT_NODE)
     hint_lead_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_LEAD)
+    hint_gain_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_GAIN)
 
 
 class PrefillAttributes(SpanAttributes):

@@ -5,7 +5,8 @@ What the statistics (:mod:`agentwarm.stats.edges`, :mod:`agentwarm.stats.definit
 * A *step* is one ``invoke_agent {node}`` span with ``agentwarm.step.node``. Its edge is
   ``agentwarm.step.from`` → ``agentwarm.step.node``; a run's first step comes from ``__start__``.
   It was a branch hit when ``agentwarm.step.prefetched`` is true. Its mid-decode hint, if any,
-  is ``agentwarm.step.hint_node`` with its lead ``agentwarm.step.hint_lead_s``.
+  is ``agentwarm.step.hint_node`` with its lead ``agentwarm.step.hint_lead_s`` and its gain over
+  reading the finished output ``agentwarm.step.hint_gain_s``.
 * A *prefill* is one ``agentwarm.prefill`` span; it is a *prefetch* when
   ``agentwarm.prefill.kind`` is ``speculative``. Its edge is ``agentwarm.prefill.source`` →
   ``agentwarm.prefill.target``.
@@ -69,6 +70,7 @@ class StepSpan:
     cached_tokens: int
     hint_node: str | None = None
     hint_lead_s: float | None = None
+    hint_gain_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from agentwarm import telemetry as tm
 from agentwarm.cli import app
 from agentwarm.runtime import PrefetchKind, StepOutcome
-from agentwarm.stats import SUMMARY_KEYS
+from agentwarm.stats import HINT_KEYS, SUMMARY_KEYS
 
 runner = CliRunner()
 
@@ -145,11 +145,13 @@ def test_run_then_stats_agree(tmp_path: Path, engine: str) -> None:
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
     assert got["skipped_lines"] == 0 and got["runs"] == 5
-    # One key set (agentwarm.stats.Summary) in both, and the same figures under every key.
+    # One key set (agentwarm.stats.Summary and the mid-decode hint figures) in both, and the
+    # same figures under every key.
     run_only = {"paths", "per_run_branch_hit_rate", "failed_runs"}
     stats_only = {"edges", "files", "skipped_lines"}
-    assert set(ran) - run_only == set(got) - stats_only == set(SUMMARY_KEYS)
-    assert {k: got[k] for k in SUMMARY_KEYS} == {k: ran[k] for k in SUMMARY_KEYS}
+    keys = (*SUMMARY_KEYS, *HINT_KEYS)
+    assert set(ran) - run_only == set(got) - stats_only == set(keys)
+    assert {k: got[k] for k in keys} == {k: ran[k] for k in keys}
     assert ran["workflow"] == "support_bot"
     assert ran["steps"] > 5 and ran["prefetches_issued"] > 0
     assert ran["ttft_p50_s"] is not None and ran["ttft_p95_s"] >= ran["ttft_p50_s"]

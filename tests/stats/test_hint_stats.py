@@ -1,6 +1,7 @@
-"""Mid-decode hints in traces: step spans carry ``agentwarm.step.hint_node`` and
-``agentwarm.step.hint_lead_s``; ``agentwarm stats`` counts the hinted steps, the right hints
-and the lead (JSON keys and the summary's line)."""
+"""Mid-decode hints in traces: step spans carry ``agentwarm.step.hint_node``,
+``agentwarm.step.hint_lead_s`` and ``agentwarm.step.hint_gain_s``; ``agentwarm stats`` counts the
+hinted steps, the right hints, the lead and the gain (JSON keys and the summary's line), the
+same figures as the runtime's records give."""
 
 from __future__ import annotations
 
@@ -21,11 +22,18 @@ from tests.stats.test_traces import step, write
 runner = CliRunner()
 
 
-def hinted(run: str, index: int, frm: str, node: str, hint: str, lead: float) -> dict[str, Any]:
+def hinted(
+    run: str, index: int, frm: str, node: str, hint: str, lead: float, gain: float | None = None
+) -> dict[str, Any]:
     record = step(run, index, frm, node, ttft=0.01)
     record["attributes"].update(
         tm.step_result_attributes(
-            ttft_s=0.01, prompt_tokens=100, cached_tokens=0, hint_node=hint, hint_lead_s=lead
+            ttft_s=0.01,
+            prompt_tokens=100,
+            cached_tokens=0,
+            hint_node=hint,
+            hint_lead_s=lead,
+            hint_gain_s=gain,
         )
     )
     return record
@@ -36,12 +44,12 @@ def test_hint_figures_from_step_spans(tmp_path: Path) -> None:
         tmp_path / "t.jsonl",
         [
             # run 1: a (hints b, right) -> b (hints a, wrong: goes to c) -> c
-            hinted("1", 0, START, "a", "b", 0.25),
-            hinted("1", 1, "a", "b", "a", 0.5),
+            hinted("1", 0, START, "a", "b", 0.25, gain=0.125),
+            hinted("1", 1, "a", "b", "a", 0.5, gain=0.25),
             step("1", 2, "b", "c"),
             # run 2, a loop: a (hints c, wrong: goes to a) -> a (hints c, right) -> c
             hinted("2", 0, START, "a", "c", 0.125),
-            hinted("2", 1, "a", "a", "c", 0.75),
+            hinted("2", 1, "a", "a", "c", 0.75, gain=0.5),
             step("2", 2, "a", "c"),
         ],
     )
@@ -52,6 +60,9 @@ def test_hint_figures_from_step_spans(tmp_path: Path) -> None:
     assert st.hints.hints_right == 2
     assert st.hints.hint_lead_mean_s == statistics.fmean([0.25, 0.5, 0.125, 0.75])
     assert st.hints.hint_lead_p50_s == (0.25 + 0.5) / 2
+    # The gain is over the hinted steps that report one (run 2's first step does not).
+    assert st.hints.hint_gain_mean_s == statistics.fmean([0.125, 0.25, 0.5])
+    assert st.hints.hint_gain_p50_s == 0.25
     assert hint_figures(data.steps).hints_right is None  # next nodes not given
 
     result = runner.invoke(app, ["stats", str(trace), "--json"])
@@ -62,8 +73,8 @@ def test_hint_figures_from_step_spans(tmp_path: Path) -> None:
         "hints_right": 2,
         "hint_lead_mean_s": 0.40625,
         "hint_lead_p50_s": 0.375,
-        "hint_gain_mean_s": None,  # step spans carry no gain (yet)
-        "hint_gain_p50_s": None,
+        "hint_gain_mean_s": 0.875 / 3,
+        "hint_gain_p50_s": 0.25,
     }
     text = runner.invoke(app, ["stats", str(trace)], env={"COLUMNS": "160"})
     assert text.exit_code == 0, text.output
@@ -111,3 +122,7 @@ async def test_a_traced_run_reports_its_hint(tmp_path: Path) -> None:
     out = json.loads(result.stdout)
     assert (out["steps"], out["hint_steps"], out["hints_right"]) == (4, 2, 2)
     assert out["hint_lead_mean_s"] == statistics.fmean(leads)
+    # The same figures as the runtime's records give (what `agentwarm run --json` reports).
+    records = hint_figures([s for r in results for s in r.steps], next_of=lambda s: s.next)
+    assert records.hint_gain_mean_s is not None
+    assert {k: out[k] for k in HINT_KEYS} == records.to_dict()
