@@ -9,7 +9,9 @@ Per live request (``on_request``, before it is forwarded; lookups only):
 2. The session's prefetches are settled: the one for this node is a hit, the others are
    aborted (their computed tokens are wasted). The transition from the session's previous node
    feeds the predictor (:func:`~agentwarm.predictors.default_predictor`, over node names, with
-   the conversation its last prediction read) and the guardrail; how this node's conversation
+   the conversation its last prediction read) and the guardrail (a branch hit when this node
+   was among the targets the session chose to prefetch, else among its first predictions:
+   :meth:`~agentwarm.gateway.live.LiveSession.branch`); how this node's conversation
    relates to the session's last request feeds :class:`~agentwarm.gateway.prompts.Shapes`.
 3. The request is routed to the session's worker.
 
@@ -34,14 +36,13 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
-from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.heads import HeadRegistry
+from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step
 from agentwarm.gateway.sessions import SessionTracker, chain, extend
@@ -55,7 +56,6 @@ from agentwarm.predictors.context import observe_with, predict_with
 from agentwarm.runtime.admission import Admission, Limits, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
-from agentwarm.runtime.prefetch.rules import predicted_branch
 from agentwarm.runtime.prefetch.spend import choose
 from agentwarm.server.chat_protocol import chat_completion, usage
 from agentwarm.stats.definitions import summarize_steps
@@ -76,21 +76,6 @@ MAX_SESSIONS = 10_000
 #: A session without a request for this long has ended: the predictor learns END after its
 #: last node (so it stops speculating past the end of runs) and its prefetches are settled.
 SESSION_IDLE_S = 120.0
-
-
-@dataclass(slots=True)
-class _Session:
-    path: list[str] = field(default_factory=list)
-    conversation: list[Message] = field(default_factory=list)
-    points: list[str] = field(default_factory=list)  # chain(conversation)
-    reply: Message | None = None
-    after_reply: str | None = None  # extend(points, reply)
-    tool: str | None = None
-    pending: dict[str, Prefetch] = field(default_factory=dict)
-    #: What the predictor said after the last reply (scored when the next request comes).
-    predictions: list[tuple[str, float]] = field(default_factory=list)
-    context: StepContext | None = None  # what they read: the next transition learns with it
-    last: float = 0.0
 
 
 class Learner:
@@ -123,7 +108,7 @@ class Learner:
         self._clock = clock
         self.guardrail = Guardrail()
         self.admission = Admission(clock=clock).bind(Limits.of(self.policy, capacity_tokens))
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._sessions: OrderedDict[str, LiveSession] = OrderedDict()
         self._live: dict[str, Step] = {}
         self._steps: deque[Step] = deque(maxlen=WINDOW)
         self._prefetches: deque[Prefetch] = deque(maxlen=WINDOW)
@@ -143,7 +128,7 @@ class Learner:
         self._end_idle(now, keep=sid)
         session = self._sessions.get(sid)
         if session is None:
-            session = self._sessions[sid] = _Session()
+            session = self._sessions[sid] = LiveSession()
             self.sessions_seen += 1
             while len(self._sessions) > MAX_SESSIONS:
                 self._end(*self._sessions.popitem(last=False))
@@ -155,9 +140,9 @@ class Learner:
             self._resolve(hit, PrefetchOutcome.HIT)
             step.prefetched, step.prefetched_tokens = True, hit.tokens
         self._settle(session)
-        # Scored with the policy's candidates even while paused, so recovery is seen (as in
-        # the runtime: rules.predicted_branch).
-        scored = predicted_branch(session.predictions, [head.name], self.policy)
+        # Scored as the runtime scores a step (rules.prefetched_branch): on the targets chosen
+        # to prefetch, else (paused: so recovery is seen) on the first predictions.
+        scored = session.branch(head.name, self.policy)
         if scored is not None:
             self.guardrail.observe(scored, self.policy)
         if session.path:
@@ -169,8 +154,7 @@ class Learner:
         session.path.append(head.name)
         del session.path[:-MAX_PATH]
         session.conversation, session.points = conversation, points
-        session.reply, session.after_reply, session.tool = None, None, None
-        session.predictions, session.context = [], None
+        session.next_step()
         self._live[call.rid] = step
         self._steps.append(step)
         call.worker = self.upstream.worker_for(sid, call.rid)
@@ -283,20 +267,21 @@ class Learner:
 
     # --- prefetching ------------------------------------------------------------------------
 
-    def _ranked(self, session: _Session) -> list[tuple[str, float]]:
+    def _ranked(self, session: LiveSession) -> list[tuple[str, float]]:
         predicted = predict_with(self.predictor, session.path[-MAX_PATH:], context=session.context)
         if session.tool is None:
             return predicted
         return self.tool_hints.mix(session.tool, predicted)
 
-    def _prefetch(self, sid: str, session: _Session) -> None:
+    def _prefetch(self, sid: str, session: LiveSession) -> None:
         if self.renderer is None or not self.policy.enabled:
             return
-        session.predictions = self._ranked(session)
+        predictions = self._ranked(session)
+        session.predicted(predictions)
         limits = self.guardrail.limits(self.policy)
         if limits.paused:
             return
-        chosen = choose(session.predictions, policy=self.policy, limits=limits)
+        chosen = choose(predictions, policy=self.policy, limits=limits)
         sent: set[tuple[int, ...]] = set()
         for _, name, p in chosen:
             head = self.heads.get(name)
@@ -306,7 +291,10 @@ class Learner:
             conversation = expected_conversation(shape, session.conversation, session.reply)
             ids = self.renderer.prefix_ids(head, conversation)
             key = tuple(ids)
-            if len(ids) < MIN_PREFETCH_TOKENS or key in sent:
+            if len(ids) < MIN_PREFETCH_TOKENS:
+                continue
+            session.prefetched.add(name)  # chosen: scored, admitted or not
+            if key in sent:
                 continue
             sent.add(key)
             old = session.pending.get(name)
@@ -317,7 +305,7 @@ class Learner:
     def _send(
         self,
         sid: str,
-        session: _Session,
+        session: LiveSession,
         name: str,
         ids: list[int],
         p: float,
@@ -361,7 +349,7 @@ class Learner:
             if pf.outcome is not None:
                 self.tracer.prefetch(pf.session, pf, source=pf.source)
 
-    def _settle(self, session: _Session) -> None:
+    def _settle(self, session: LiveSession) -> None:
         """The session's next request came (or the gateway stops): the pending prefetches lost."""
         for pf in session.pending.values():
             if pf.outcome is None:
@@ -385,7 +373,7 @@ class Learner:
             del self._sessions[sid]
             self._end(sid, session)
 
-    def _end(self, sid: str, session: _Session) -> None:
+    def _end(self, sid: str, session: LiveSession) -> None:
         """A session ended: its prefetches lost; the run ended after its last node."""
         self._settle(session)
         if session.path:
