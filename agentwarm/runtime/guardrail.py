@@ -1,9 +1,15 @@
 """Back off speculation when the branch hit rate is poor (DESIGN §5).
 
-The guardrail watches the *branch hit rate* (was the actual next node among the candidates the
-policy would prefetch?), not the per-prefetch acceptance ratio, which top-N caps at 1/N. Every
-transition is scored, whether or not speculation was running, so a paused workflow notices when
-its predictions recover.
+The guardrail watches the *branch hit rate*, not the per-prefetch acceptance ratio, which top-N
+caps at 1/N. A step is a branch hit when one of the nodes it chose (END aside) was among the
+targets it chose to prefetch speculatively, by any ranking or mid-decode hint during the step
+(whether admission let them through or not: the prediction is judged, not the engine's room);
+a step that prefetched nothing (speculation paused, or nothing worth it) is scored on its first
+predictions, with the candidates the policy would take from them
+(:func:`~agentwarm.runtime.prefetch.rules.prefetched_branch`; not the step-end re-ranking, which
+has seen the output). So every transition with a prediction is scored, whether or not
+speculation was running, and a paused workflow notices when its predictions recover. The
+gateway scores a session's steps the same way.
 
 The guardrail holds only what it learned (the EWMA and the level, shared by a workflow's runs);
 the policy is the caller's, passed where it is used, so concurrent runs with different policies
