@@ -45,7 +45,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
-from agentwarm._spec import END
 from agentwarm.runtime.guardrail import Limits
 from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
 
@@ -102,14 +101,13 @@ def choose_by_value(
     (``math.inf``: every token is idle).
     """
     chosen: list[tuple[int, str, float]] = []
-    covered = 0.0
     spent = 0
-    for rank, (name, p) in enumerate(predictions):
-        if len(chosen) >= top_n or covered >= top_p - 1e-9:
+    # The candidates top_p and min_p allow (END never, its mass counted), uncapped: one the
+    # price refuses takes no top_n slot.
+    allowed = choose_candidates(predictions, top_n=len(predictions), min_p=min_p, top_p=top_p)
+    for rank, name, p in allowed:
+        if len(chosen) >= top_n:
             break
-        covered += p
-        if name == END or p < min_p:
-            continue
         n = max(0, new_tokens(name))
         if p >= threshold(_price(spent, n, free_tokens, idle_price, busy_price)):
             chosen.append((rank, name, p))
