@@ -17,12 +17,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
 from agentwarm.engines.sglang import parse_metrics
+from tests.waiting import DEFAULT_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"listening on (http://\S+)")
@@ -126,6 +128,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A scripted HTTP server on loopback (``handler`` in threads), its URL; shut down at the
+    end."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(DEFAULT_TIMEOUT_S)
 
 
 def router_binary() -> str | None:

@@ -5,13 +5,15 @@ Endpoints:
 
 * ``POST /v1/chat/completions`` — the body (a JSON object with a ``messages`` list, else 400)
   goes to the worker the session is routed to unchanged, and the worker's answer comes back
-  unchanged: its status and JSON body, or its event stream relayed as it arrives
+  unchanged: its status and JSON body, or its event stream relayed as it arrives, with the
+  headers a client reads (``retry-after``, ``x-request-id``, rate limits)
   (:mod:`~agentwarm.gateway.routes`). The session is the ``X-Agentwarm-Session`` header, else the
   body's ``user``, else ``metadata.session_id`` (else the hooks infer one); the node is the
   ``X-Agentwarm-Node`` header. A worker that cannot be reached → **502** naming it, one that
   does not answer in time → **504**, its own 503 → 503; a stream cut mid-way ends with a
   ``data: {"error": ...}`` event and ``data: [DONE]``. A client that goes away aborts the
-  request upstream.
+  request upstream. A warm request (``max_tokens: 0``) is checked as ``agentwarm serve`` checks
+  one (its 400s) and prefilled by the hooks (:mod:`~agentwarm.gateway.warm`).
 * ``GET /v1/models`` — the first worker's answer that has one; when the reachable workers have
   no ``/v1/models``, a list of ``model_name`` (404 without one); **502** when none is reachable.
 * ``GET /health`` — 200 ``{"status": "ok", "upstreams": {url: reachable}}`` while the gateway

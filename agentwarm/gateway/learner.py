@@ -45,7 +45,7 @@ from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step
-from agentwarm.gateway.sessions import SessionTracker, chain, extend
+from agentwarm.gateway.sessions import SessionTracker, chain, extend, session_of_hint
 from agentwarm.gateway.state import GatewayState, load_state, save_state
 from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.gateway.tracing import GatewayTracer
@@ -203,7 +203,7 @@ class Learner:
             return None
         head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
         ids = self.renderer.prefix_ids(head, conversation)
-        session = call.session_hint
+        session = session_of_hint(call.session_hint) if call.session_hint else None  # as live
         worker = self.upstream.worker_for(session, call.rid)
         result = await traced_prefill(
             len(ids),

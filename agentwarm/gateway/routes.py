@@ -5,7 +5,14 @@ A request's life: read and check the body → :class:`~agentwarm.gateway.types.C
 ``hooks.on_request`` → pick the worker → forward (the overhead is measured here) → the upstream's
 answer to the client (a stream relayed event by event by :class:`Relay`, while
 :class:`~agentwarm.gateway.streams.ReplyAssembler` reads it) → ``hooks.on_response`` in the
-background. A client that goes away closes the upstream request, which aborts it there.
+background. A client that goes away closes the upstream request, which aborts it there. A warm
+request (``max_tokens: 0``) is checked and answered as :mod:`agentwarm.gateway.warm` says.
+
+The answer keeps the upstream's status, body and the headers a client reads
+(:func:`relayed_headers`: ``content-type``, ``retry-after`` and ``retry-after-ms``,
+``x-should-retry``, ``x-request-id``, ``x-ratelimit-*``, ``ratelimit-*``, ``openai-*``), on a
+stream too; no other header (hop-by-hop ones, ``content-length`` and ``content-encoding``, which
+describe the gateway's own framing, cookies, the upstream's ``server``) is passed on.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -32,10 +39,18 @@ from agentwarm.gateway.metrics import GatewayMetrics
 from agentwarm.gateway.streams import ReplyAssembler, SSEReader
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, ChatCall, Hooks, Reply
 from agentwarm.gateway.upstream import CHAT_PATH, Upstream
+from agentwarm.gateway.warm import warm_reply, warm_request
 from agentwarm.server.http import HTTPError, error_reply, read_json
 from agentwarm.server.sse import disconnected, sse
 
-__all__ = ("CLIENT_GONE", "Background", "ChatProxy", "session_hint", "upstream_error")
+__all__ = (
+    "CLIENT_GONE",
+    "Background",
+    "ChatProxy",
+    "relayed_headers",
+    "session_hint",
+    "upstream_error",
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +59,11 @@ T = TypeVar("T")
 #: The status a reply is counted with when its client went away first (nginx's convention).
 CLIENT_GONE = 499
 _DONE = b"data: [DONE]\n\n"
+#: The upstream's reply headers a client reads (see the module docstring), by name or prefix.
+_RELAYED_HEADERS = frozenset(
+    {"content-type", "retry-after", "retry-after-ms", "x-should-retry", "x-request-id"}
+)
+_RELAYED_PREFIXES = ("x-ratelimit-", "ratelimit-", "openai-")
 
 
 class ClientGone(Exception):
@@ -89,6 +109,15 @@ def session_hint(request: Request, body: dict[str, Any]) -> str | None:
     metadata = body.get("metadata")
     session = metadata.get("session_id") if isinstance(metadata, dict) else None
     return session if isinstance(session, str) and session else None
+
+
+def relayed_headers(headers: httpx.Headers) -> dict[str, str]:
+    """The headers of an upstream's reply that go on to the client (module docstring)."""
+    return {
+        name: value
+        for name, value in headers.multi_items()
+        if name in _RELAYED_HEADERS or name.startswith(_RELAYED_PREFIXES)
+    }
 
 
 def upstream_error(worker: str, exc: EngineError) -> HTTPError:
@@ -145,6 +174,7 @@ class ChatProxy:
         received = time.perf_counter()
         try:
             body = await read_json(request, self.max_request_bytes)
+            warm = warm_request(body) if isinstance(body, dict) else None
             if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                 raise HTTPError(
                     400,
@@ -161,11 +191,11 @@ class ChatProxy:
             node_hint=request.headers.get(NODE_HEADER) or None,
             received=received,
         )
-        if _is_warm(body):
+        if warm is not None:
             warmed = await self._warm(call)
             if warmed is not None:
                 self.metrics.answered(200, None)
-                return JSONResponse(warmed)
+                return warm_reply(warm, call.rid, warmed)
         await self._on_request(call)
         worker = self._worker(call)
         reply = ReplyAssembler(received, on_tool=lambda name: self._on_tool(call, name))
@@ -195,7 +225,9 @@ class ChatProxy:
             with contextlib.suppress(ValueError):
                 reply.add_body(json.loads(raw))
         self._finish(call, reply)
-        return Response(raw, status_code=upstream.status_code, media_type=content_type or None)
+        return Response(
+            raw, status_code=upstream.status_code, headers=relayed_headers(upstream.headers)
+        )
 
     # ------------------------------------------------------------------ hooks, never failing
 
@@ -272,7 +304,7 @@ class Relay(Response):
         self.done = done
         self.status_code = 200
         self.background = None
-        self.init_headers({"Cache-Control": "no-cache"})
+        self.init_headers({**relayed_headers(upstream.headers), "Cache-Control": "no-cache"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pump = asyncio.ensure_future(self._pump(send))
@@ -325,11 +357,3 @@ def _shape(body: Any) -> str:
     if isinstance(body, dict):
         return "an object without a 'messages' list"
     return f"a JSON {type(body).__name__}"
-
-
-def _is_warm(body: dict[str, Any]) -> bool:
-    """A warm request: ``max_tokens`` (or ``max_completion_tokens``) of exactly 0."""
-    return any(
-        body.get(key) == 0 and not isinstance(body.get(key), bool)
-        for key in ("max_tokens", "max_completion_tokens")
-    )

@@ -6,7 +6,8 @@ Rules it keeps:
 * A worker is named by its URL without credentials (:attr:`Upstream.urls`, what messages,
   :attr:`ChatCall.worker <agentwarm.gateway.types.ChatCall.worker>` and the metrics show);
   ``user:password@`` in a URL is sent as HTTP basic auth, ``api_key`` as ``Authorization:
-  Bearer``.
+  Bearer``. Both at once are refused (ValueError naming the URL): a request carries one
+  ``Authorization``, and the URL's would silently replace the key.
 * Routing (:meth:`Upstream.worker_for`): one session, one worker (a
   :class:`~agentwarm.engines.routing.HashRing`), so that its prefetches and its live requests
   meet the same prefix cache; a request without a session is hashed by its rid.
@@ -60,7 +61,8 @@ class Upstream:
     """The workers at ``urls`` (see the module docstring). ``timeout`` bounds each read of a
     reply (a stream may run longer, as long as it keeps sending); reaching a worker must take
     under ``connect_timeout``. ``transport`` replaces the network (``httpx.ASGITransport`` of an
-    app in tests). Raises ValueError naming a URL that cannot be a worker's, or a duplicate."""
+    app in tests). Raises ValueError naming a URL that cannot be a worker's, a duplicate, or
+    one with ``user:password@`` when ``api_key`` is given too."""
 
     def __init__(
         self,
@@ -79,6 +81,14 @@ class Upstream:
             name = redact_credentials(base)
             if name in self._base:
                 raise ValueError(f"upstream URL {name!r} is given twice")
+            if api_key and httpx.URL(base).userinfo:
+                raise ValueError(
+                    f"upstream URL {name!r} has user:password credentials (HTTP basic auth) and "
+                    "an upstream API key is given too (--upstream-api-key or "
+                    "AGENTWARM_UPSTREAM_API_KEY, sent as Bearer): a request carries only one "
+                    "Authorization header. Remove the credentials from the URL to send the "
+                    "key, or drop the key to use basic auth"
+                )
             self._base[name] = base
         #: The workers' URLs without credentials, in the order given.
         self.urls: tuple[str, ...] = tuple(self._base)

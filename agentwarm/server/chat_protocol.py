@@ -11,6 +11,8 @@ prefilled at speculative priority and answered with usage only), ``temperature``
 usual fields a client sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no
 ``logprobs``). A field the engine cannot honour with another value is refused with a 400 that
 names it, rather than ignored; unknown fields are ignored (as vLLM does).
+:func:`parse_chat_request` is that check, one home for it: ``agentwarm serve``'s chat route and
+the gateway's warm path (:mod:`agentwarm.gateway.warm`) answer a body it refuses with the same 400.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_
 
 from agentwarm.chat import Message
 from agentwarm.engines.sglang.protocol import Text
+from agentwarm.server.http import HTTPError, validate
 
 __all__ = (
     "ChatRequest",
     "StreamOptions",
     "chat_chunk",
     "chat_completion",
+    "parse_chat_request",
     "usage",
 )
 
@@ -108,6 +112,18 @@ class ChatRequest(BaseModel):
                 raise ValueError(f"messages[{i}]: content must be a string, a list or null")
             out.append(message)
         return out
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    """``body`` (parsed JSON) as a :class:`ChatRequest` whose messages the chat template can
+    take (:meth:`ChatRequest.chat_messages`), else an ``HTTPError`` 400 naming the field and
+    what to send instead."""
+    req = validate(ChatRequest, body)
+    try:
+        req.chat_messages()
+    except ValueError as exc:
+        raise HTTPError(400, str(exc)) from None
+    return req
 
 
 def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:

@@ -33,7 +33,13 @@ from agentwarm.engines.sglang.protocol import (
     finish_type,
 )
 from agentwarm.errors import ConfigError
-from agentwarm.server.chat_protocol import ChatRequest, chat_chunk, chat_completion, usage
+from agentwarm.server.chat_protocol import (
+    ChatRequest,
+    chat_chunk,
+    chat_completion,
+    parse_chat_request,
+    usage,
+)
 from agentwarm.server.http import HTTPError, error_reply, read_json, validate
 from agentwarm.server.routes_generate import GenerateRoutes, Job
 from agentwarm.server.sse import SSEResponse, sse
@@ -55,7 +61,7 @@ class ChatRoutes:
 
     async def complete(self, request: Request) -> Response:
         try:
-            req = validate(ChatRequest, await read_json(request, self.state.max_request_bytes))
+            req = parse_chat_request(await read_json(request, self.state.max_request_bytes))
             job = self._job(request, req)
         except HTTPError as exc:
             return error_reply(exc)

@@ -6,9 +6,8 @@ import json
 import logging
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -24,6 +23,7 @@ from agentwarm.errors import (
     InvalidRequest,
     RequestAborted,
 )
+from tests.conftest_server import http_server
 from tests.waiting import DEFAULT_TIMEOUT_S
 
 URL = "http://sglang.test:30000"
@@ -414,16 +414,8 @@ def no_tokenizer_server() -> Iterator[tuple[str, list[str]]]:
     """A real server on loopback (the first ``encode`` looks it up with a blocking client of
     its own, which a mock transport does not reach): its URL and the paths it was asked for."""
     paths: list[str] = []
-    handler = type("Handler", (_NoTokenizerServer,), {"paths": paths})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", paths
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(DEFAULT_TIMEOUT_S)
+    with http_server(type("Handler", (_NoTokenizerServer,), {"paths": paths})) as url:
+        yield url, paths
 
 
 async def test_missing_tokenizer_is_looked_up_once_and_names_what_to_pass(
