@@ -7,8 +7,9 @@ null, or a list of ``{"type": "text"}`` parts, which are joined), ``tools`` (fun
 ``tool_choice`` (``auto``/``none``/``required`` or a named function: read by templates that
 use it, not enforced), ``max_tokens`` / ``max_completion_tokens`` (``0``: a warm request,
 prefilled at speculative priority and answered with usage only), ``temperature``, ``seed``,
-``stream`` with ``stream_options.include_usage``, ``user`` (the session: routing key), and the
-usual fields a client sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no
+``stream`` with ``stream_options.include_usage``, ``user`` (the session: routing key),
+``cache_salt`` / ``extra_key`` (the tenant: the cache namespace, by the rule ``/generate`` uses,
+:mod:`agentwarm.engines.namespace`; each at most 256 bytes, no NUL), and the usual fields a client sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no
 ``logprobs``). A field the engine cannot honour with another value is refused with a 400 that
 names it, rather than ignored; unknown fields are ignored (as vLLM does).
 """
@@ -18,9 +19,19 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from agentwarm.chat import Message
+from agentwarm.engines.namespace import check_part, namespace_key
 from agentwarm.engines.sglang.protocol import Text
 
 __all__ = (
@@ -56,11 +67,18 @@ class ChatRequest(BaseModel):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: Text | None = None
+    cache_salt: Text | None = None
+    extra_key: Text | None = None
     # Accepted only with the values that ask for nothing the engine lacks.
     n: StrictInt | None = None
     top_p: float | None = None
     stop: str | list[str] | None = None
     logprobs: StrictBool | None = None
+
+    @field_validator("cache_salt", "extra_key")
+    @classmethod
+    def _namespace_part(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_part(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _supported(self) -> ChatRequest:
@@ -79,6 +97,11 @@ class ChatRequest(BaseModel):
                     'tools: each tool must be {"type": "function", "function": {"name": ...}}'
                 )
         return self
+
+    @property
+    def namespace(self) -> str:
+        """The cache namespace (tenant) of ``cache_salt`` and ``extra_key``."""
+        return namespace_key(self.cache_salt, self.extra_key)
 
     @property
     def limit(self) -> int | None:
