@@ -4,14 +4,15 @@ them and SGLang's and vLLM's ``/v1/chat/completions`` answer them.
 
 What is accepted: ``messages`` (roles system/developer/user/assistant/tool; ``content`` a string,
 null, or a list of ``{"type": "text"}`` parts, which are joined), ``tools`` (function tools),
-``tool_choice`` (``auto``/``none``/``required`` or a named function: read by templates that
-use it, not enforced), ``max_tokens`` / ``max_completion_tokens`` (``0``: a warm request,
-prefilled at speculative priority and answered with usage only), ``temperature``, ``seed``,
-``stream`` with ``stream_options.include_usage``, ``user`` (the session: routing key),
-``cache_salt`` / ``extra_key`` (the tenant: the cache namespace, by the rule ``/generate`` uses,
-:mod:`agentwarm.engines.namespace`; each at most 256 bytes, no NUL), and the usual fields a client sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no
-``logprobs``). A field the engine cannot honour with another value is refused with a 400 that
-names it, rather than ignored; unknown fields are ignored (as vLLM does).
+``tool_choice`` (``auto``/``none``/``required`` or a named function: read by templates that use it,
+not enforced), ``max_tokens`` / ``max_completion_tokens`` (``0``: a warm request, prefilled at
+speculative priority and answered with usage only), ``temperature``, ``seed``, ``stream`` with
+``stream_options.include_usage``, ``user`` (the session: routing key), ``cache_salt`` /
+``extra_key`` (the tenant: the cache namespace, by the rule ``/generate`` uses,
+:mod:`agentwarm.engines.namespace`; each at most 256 bytes, no NUL), and the usual fields a client
+sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no ``logprobs``). A field the
+engine cannot honour with another value is refused with a 400 that names it, rather than ignored;
+unknown fields are ignored (as vLLM does).
 """
 
 from __future__ import annotations

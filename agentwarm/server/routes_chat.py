@@ -9,9 +9,9 @@ With ``tools`` and a template whose model family's tool-call format is known
 (:attr:`ChatTemplate.family <agentwarm.chat.ChatTemplate.family>`), the calls in the reply come
 back as ``tool_calls`` (``finish_reason: "tool_calls"``); a stream then holds the output back and
 sends the text and the calls at the end, as one delta each. ``usage.prompt_tokens_details.
-cached_tokens`` is the prompt found in the prefix cache of the request's tenant
-(``cache_salt`` / ``extra_key``, the namespace ``/generate`` isolates by). ``max_tokens: 0`` is a warm request:
-a prefill at speculative priority, answered with ``usage`` and no choices. The wire format is
+cached_tokens`` is the prompt found in the prefix cache of the request's tenant (``cache_salt`` /
+``extra_key``, the namespace ``/generate`` isolates by). ``max_tokens: 0`` is a warm request: a
+prefill at speculative priority, answered with ``usage`` and no choices. The wire format is
 :mod:`~agentwarm.server.chat_protocol`.
 """
 

@@ -201,3 +201,19 @@ def test_chat_completions_isolate_tenants_by_cache_salt_and_extra_key() -> None:
         )
         assert bad.status_code == 400
         assert "cache_salt must not contain NUL" in bad.json()["error"]["message"]
+
+
+async def test_sglang_client_sends_a_pair_namespace_as_its_two_fields() -> None:
+    """A namespace of a (cache_salt, extra_key) pair (the gateway prefetches in its clients')
+    goes as the pair: the server refuses a NUL in either field, and joins them again."""
+    engine = fake()
+    app = create_app(engine, ServerConfig(), close_engine=False)
+    client = SGLangEngine(BASE, tokenizer="byte", transport=httpx.ASGITransport(app=app))
+    first = await client.prefill(PROMPT, namespace=namespace_key("a", "b"))
+    assert (first.prompt_tokens, first.cached_tokens) == (600, 0)
+    async with client_for(engine) as http:
+        assert (await prefill(http, PROMPT, cache_salt="a", extra_key="b"))["cached_tokens"] == 600
+        assert (await prefill(http, PROMPT, cache_salt="a"))["cached_tokens"] == 0
+    assert engine.cache.namespaces == (namespace_key("a", "b"), "a")
+    await client.aclose()
+    await engine.aclose()

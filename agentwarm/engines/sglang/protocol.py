@@ -46,7 +46,7 @@ from pydantic import (
     field_validator,
 )
 
-from agentwarm.engines.namespace import check_field, check_part
+from agentwarm.engines.namespace import check_field, check_part, namespace_parts
 from agentwarm.errors import InvalidRequest
 
 __all__ = (
@@ -248,7 +248,8 @@ def generate_body(
 ) -> dict[str, Any]:
     """The JSON body of a client's ``POST /generate``: only the fields it sets (a prefill-only
     request sends no ``temperature``; ``priority=None`` sends none; the namespace goes in each of
-    ``salt_fields`` when not empty). Raises :class:`~agentwarm.errors.InvalidRequest` for an
+    ``salt_fields`` when not empty, a ``cache_salt`` + ``extra_key`` pair's as its two parts
+    when both fields are sent). Raises :class:`~agentwarm.errors.InvalidRequest` for an
     empty prompt or a negative ``max_new_tokens``; the server judges the rest."""
     if len(ids) == 0:
         raise InvalidRequest("empty prompt: ids must hold at least one token id")
@@ -265,8 +266,10 @@ def generate_body(
     if priority is not None:
         request.priority = int(priority)
     if namespace:
-        for field in salt_fields:
-            setattr(request, field, namespace)
+        salt, key = namespace_parts(namespace)
+        pair = key is not None and set(salt_fields) == set(SALT_FIELDS)
+        for field in salt_fields:  # a pair goes as its two parts (the server joins them again)
+            setattr(request, field, (salt if field == "cache_salt" else key) if pair else namespace)
     return request.model_dump(exclude_unset=True)
 
 
