@@ -20,20 +20,11 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from agentwarm.chat import Message
-from agentwarm.engines.namespace import check_part, namespace_key
-from agentwarm.engines.sglang.protocol import Text
+from agentwarm.engines.namespace import namespace_key
+from agentwarm.engines.sglang.protocol import NamespacePart, Text
 
 __all__ = (
     "ChatRequest",
@@ -68,18 +59,13 @@ class ChatRequest(BaseModel):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: Text | None = None
-    cache_salt: Text | None = None
-    extra_key: Text | None = None
+    cache_salt: NamespacePart | None = None
+    extra_key: NamespacePart | None = None
     # Accepted only with the values that ask for nothing the engine lacks.
     n: StrictInt | None = None
     top_p: float | None = None
     stop: str | list[str] | None = None
     logprobs: StrictBool | None = None
-
-    @field_validator("cache_salt", "extra_key")
-    @classmethod
-    def _namespace_part(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else check_part(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _supported(self) -> ChatRequest:

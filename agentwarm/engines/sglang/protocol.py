@@ -60,6 +60,7 @@ __all__ = (
     "GenerateRequest",
     "MetaInfo",
     "MetricName",
+    "NamespacePart",
     "SamplingParams",
     "Text",
     "TokenizeRequest",
@@ -97,6 +98,14 @@ def _valid_unicode(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 """A string that encodes as UTF-8 (no lone surrogates)."""
+
+
+def _namespace_part(value: str, info: ValidationInfo) -> str:
+    return check_part(str(info.field_name), value)
+
+
+NamespacePart = Annotated[Text, AfterValidator(_namespace_part)]
+"""A ``cache_salt`` or ``extra_key`` (:func:`~agentwarm.engines.namespace.check_part`)."""
 
 TokenId = Annotated[StrictInt, Field(ge=0)]
 
@@ -182,16 +191,11 @@ class GenerateRequest(BaseModel):
     rid: Text | list[Text] | None = None
     stream: StrictBool = False
     priority: StrictInt | None = None
-    cache_salt: Text | None = None
-    extra_key: Text | None = None
+    cache_salt: NamespacePart | None = None
+    extra_key: NamespacePart | None = None
     routing_key: Text | None = None
     session_id: Text | None = None
     log_metrics: StrictBool = True
-
-    @field_validator("cache_salt", "extra_key")
-    @classmethod
-    def _namespace_part(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else check_part(str(info.field_name), value)
 
     @field_validator("rid", "routing_key", "session_id")
     @classmethod
