@@ -90,11 +90,8 @@ def _fit_workflow(
 
 
 def _fit_gateway(gateway: Path, traces: list[Path], conversations: list[Path]) -> dict[str, Any]:
-    from agentwarm.gateway.heads import HeadRegistry
     from agentwarm.gateway.learner import MAX_PATH
-    from agentwarm.gateway.prompts import Shapes
     from agentwarm.gateway.state import GatewayState, load_state, save_state
-    from agentwarm.gateway.toolhints import ToolHints
     from agentwarm.gateway.tracing import GATEWAY_WORKFLOW
 
     if conversations:
@@ -102,9 +99,7 @@ def _fit_gateway(gateway: Path, traces: list[Path], conversations: list[Path]) -
             "--gateway learns from gateway traces only: a gateway's nodes are its heads, which "
             "conversation files do not name; drop --conversations (or fit a workflow file)"
         )
-    state = load_state(gateway, default_predictor) or GatewayState(
-        HeadRegistry(), default_predictor(), Shapes(), ToolHints()
-    )
+    state = load_state(gateway, default_predictor) or GatewayState.empty(default_predictor)
     skipped: Counter[str] = Counter()
     data = _traces(traces)
     steps = _of(data, GATEWAY_WORKFLOW, skipped)

@@ -12,12 +12,29 @@ the same value twice. The rule, used by ``agentwarm serve`` and nothing else for
 Each part is at most :data:`MAX_PART_BYTES` bytes of UTF-8 and contains no NUL
 (:func:`check_part`), so the mapping is injective: a value with no NUL is a single part, one with
 exactly one NUL splits back into its pair. ``cache_salt="a|b"`` and
-``(cache_salt="a", extra_key="b")`` are different tenants.
+``(cache_salt="a", extra_key="b")`` are different tenants. :func:`namespace_parts` is the
+inverse (what a client sends to be in a namespace), :func:`namespace_of` the rule applied to a
+request body that has not been validated (the gateway's), and :func:`tenant_tag` the only form
+of a namespace that may be shown or written to disk (a hash).
 """
 
 from __future__ import annotations
 
-__all__ = ("MAX_FIELD_BYTES", "MAX_PART_BYTES", "check_field", "check_part", "namespace_key")
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = (
+    "MAX_FIELD_BYTES",
+    "MAX_PART_BYTES",
+    "TAG_CHARS",
+    "check_field",
+    "check_part",
+    "namespace_key",
+    "namespace_of",
+    "namespace_parts",
+    "tenant_tag",
+)
 
 MAX_FIELD_BYTES = 256
 """Longest identifier a server keeps from a request (``rid``, ``session_id``, ``routing_key``,
@@ -67,3 +84,45 @@ def namespace_key(cache_salt: str | None, extra_key: str | None) -> str:
     if not extra_key:
         return cache_salt
     return cache_salt + _SEPARATOR + extra_key
+
+
+def namespace_parts(namespace: str) -> tuple[str | None, str | None]:
+    """The ``(cache_salt, extra_key)`` a request sends to be in ``namespace``:
+    ``namespace_key(*namespace_parts(ns)) == ns``; ``(None, None)`` for the default one."""
+    if not namespace:
+        return None, None
+    salt, sep, key = namespace.partition(_SEPARATOR)
+    return (salt, key) if sep else (namespace, None)
+
+
+def namespace_of(body: Mapping[str, Any]) -> str | None:
+    """The namespace of a request body's ``cache_salt`` / ``extra_key`` (absent or ``null``:
+    unset); ``None`` when either is not a valid part (not a string, too long, NUL): a server
+    refuses such a request."""
+    parts: list[str | None] = []
+    for field in ("cache_salt", "extra_key"):
+        value = body.get(field)
+        if value is not None:
+            if not isinstance(value, str):
+                return None
+            try:
+                check_part(field, value)
+            except ValueError:
+                return None
+        parts.append(value)
+    return namespace_key(*parts)
+
+
+_TAG_DOMAIN = b"agentwarm.tenant\0"
+TAG_CHARS = 32
+"""Length of a :func:`tenant_tag` (hex)."""
+
+
+def tenant_tag(namespace: str) -> str:
+    """The tag of a tenant: ``""`` for the default namespace, else 32 hex chars of a sha256 of
+    it (128 bits: distinct tenants never share one). What logs, session ids and files show of
+    a namespace, never the salt itself."""
+    if not namespace:
+        return ""
+    digest = hashlib.sha256(_TAG_DOMAIN + namespace.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:TAG_CHARS]

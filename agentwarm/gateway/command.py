@@ -37,16 +37,28 @@ from agentwarm.warmup.options import (
 __all__ = ("build_hooks", "gateway", "gateway_warmup", "parse_upstreams")
 
 
-def build_hooks(renderer: Renderer | None, state_dir: Path | None, upstream: Upstream) -> Hooks:
+def build_hooks(
+    renderer: Renderer | None,
+    state_dir: Path | None,
+    upstream: Upstream,
+    *,
+    share_learning: bool = True,
+) -> Hooks:
     """The hooks of ``agentwarm gateway``: a :class:`~agentwarm.gateway.learner.Learner` that
     learns the agent graph from the traffic and prefills through ``upstream``, rendering with
     ``renderer`` (the served model's tokenizer and chat template, from ``--model``), its learned
     state kept in ``state_dir`` (default: ``gateway/`` under
-    :func:`~agentwarm.predictors.default_state_dir`). Without a renderer there is nothing to
-    render prompts with: a plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
+    :func:`~agentwarm.predictors.default_state_dir`), pooled across tenants unless
+    ``share_learning`` is false (:mod:`agentwarm.gateway.tenants`). Without a renderer there is
+    nothing to render prompts with: a plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
     if renderer is None:
         return NoHooks()
-    return Learner(upstream, renderer, state_dir=state_dir or default_state_dir() / "gateway")
+    return Learner(
+        upstream,
+        renderer,
+        state_dir=state_dir or default_state_dir() / "gateway",
+        share_learning=share_learning,
+    )
 
 
 def gateway_warmup(
@@ -123,6 +135,13 @@ def gateway(
         MAX_DEFAULT_REQUEST_BYTES, "--max-request-bytes", min=1024, help="Larger bodies get 413."
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+    share_learning: bool = typer.Option(
+        True,
+        "--share-learning/--no-share-learning",
+        help="Pool what tenants (cache_salt) teach between identical heads (default: per-user "
+        "salts still learn from everyone's runs), or keep one model per tenant. Sessions, "
+        "prefetches and heads never cross tenants either way.",
+    ),
     warmup: WarmupOption = None,
     ready_file: ReadyFileOption = None,
     keep_warm: KeepWarmOption = None,
@@ -167,7 +186,7 @@ def gateway(
         asyncio.run(
             serve_gateway(
                 up,
-                lambda u: build_hooks(renderer, state_dir, u),
+                lambda u: build_hooks(renderer, state_dir, u, share_learning=share_learning),
                 config=config,
                 log_level=log_level,
                 on_ready=ready,

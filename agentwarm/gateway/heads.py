@@ -21,6 +21,12 @@ Rules:
   :meth:`HeadRegistry.to_dict` / :meth:`HeadRegistry.from_dict`.
 * **Bound**: past ``max_heads``, the least recently identified head is forgotten (if it comes
   back it is registered again, and may then get another name).
+* **Owners**: each head remembers which tenants sent it (their
+  :func:`~agentwarm.engines.namespace.tenant_tag`: ``""`` is the default tenant; at most
+  :data:`MAX_OWNERS` per head, the most recent kept). A tenant is only ever prefetched heads it
+  owns (:meth:`HeadRegistry.owns`, :meth:`HeadRegistry.own_predictions`): another tenant's
+  system prompt or tools never reach its namespace. Owners are saved with the heads (tags, not
+  salts); a head loaded without owners (an older file) is nobody's until it is sent again.
 
 Pure and I/O-free; not thread-safe (the gateway calls it from its event loop).
 """
@@ -38,6 +44,7 @@ from typing import Any
 
 from agentwarm._spec import END, START
 from agentwarm.chat import Message, split_head
+from agentwarm.engines.namespace import TAG_CHARS
 
 __all__ = (
     "Head",
@@ -58,6 +65,10 @@ _RESERVED = frozenset({END, START})
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _WORD = re.compile(r"[a-z0-9]+")
 _KEY = re.compile(r"[0-9a-f]{16}")
+_TAG = re.compile(f"(?:[0-9a-f]{{{TAG_CHARS}}})?")
+#: Tenants remembered per head (the least recent is forgotten: it owns the head again when it
+#: sends it again).
+MAX_OWNERS = 256
 _FORMAT = 1
 
 
@@ -130,6 +141,7 @@ class HeadRegistry:
         self.max_heads = max_heads
         self._heads: OrderedDict[str, Head] = OrderedDict()  # key -> head, LRU first
         self._keys: dict[str, str] = {}  # name -> key
+        self._owners: dict[str, OrderedDict[str, None]] = {}  # key -> tenant tags, LRU first
 
     def identify(
         self,
@@ -137,9 +149,11 @@ class HeadRegistry:
         tools: Sequence[Mapping[str, Any]] | None,
         *,
         hint: str | None = None,
+        tenant: str = "",
     ) -> tuple[Head, list[Message]]:
-        """The head of a request (registered on first sight) and its conversation. Raises
-        ValueError when a tool is not a mapping."""
+        """The head of a request (registered on first sight) and its conversation; ``tenant``
+        (a tag) sent it, so owns it from now on. Raises ValueError when a tool is not a
+        mapping."""
         system, conversation = split_head(messages)
         tools = tools or ()
         for i, tool in enumerate(tools):
@@ -149,6 +163,7 @@ class HeadRegistry:
         head = self._heads.get(key)
         if head is not None:
             self._heads.move_to_end(key)
+            self._own(key, tenant)
             return head, conversation
         name = self._free_name((sanitize_name(hint) if hint else "") or _slug(system), key)
         head = Head(
@@ -158,7 +173,33 @@ class HeadRegistry:
             tools=tuple(copy.deepcopy(dict(t)) for t in tools),
         )
         self._add(head)
+        self._own(key, tenant)
         return head, conversation
+
+    def owns(self, tenant: str, name: str) -> bool:
+        """Whether ``tenant`` (a tag) sent the head named ``name`` (an unknown name: no)."""
+        key = self._keys.get(name)
+        return key is not None and tenant in self._owners.get(key, ())
+
+    def own_predictions(
+        self, predictions: Sequence[tuple[str, float]], tenant: str
+    ) -> list[tuple[str, float]]:
+        """``predictions`` (node, probability) without the nodes ``tenant`` does not own
+        (``END`` stays), scaled so that they keep the total they had: the distribution over
+        what this tenant can reach."""
+        kept = [(n, p) for n, p in predictions if n == END or self.owns(tenant, n)]
+        if len(kept) == len(predictions):
+            return list(predictions)
+        left = sum(p for _, p in kept)
+        scale = sum(p for _, p in predictions) / left if left > 0 else 1.0
+        return [(n, p * scale) for n, p in kept]
+
+    def _own(self, key: str, tenant: str) -> None:
+        owners = self._owners.setdefault(key, OrderedDict())
+        owners[tenant] = None
+        owners.move_to_end(tenant)
+        while len(owners) > MAX_OWNERS:
+            owners.popitem(last=False)
 
     def get(self, name: str) -> Head | None:
         """The head named ``name`` (does not count as a use)."""
@@ -187,6 +228,7 @@ class HeadRegistry:
                     "name": h.name,
                     "system": [dict(m) for m in h.system],
                     "tools": [dict(t) for t in h.tools],
+                    "owners": list(self._owners.get(h.key, ())),
                 }
                 for h in self._heads.values()
             ],
@@ -204,7 +246,10 @@ class HeadRegistry:
             raise ValueError(f"{where}: 'heads' must be a list")
         registry = cls(max_heads=data.get("max_heads", 1024) if max_heads is None else max_heads)
         for i, raw in enumerate(heads):
-            registry._add(_head_from(raw, f"{where}: heads[{i}]"), restoring=True)
+            head = _head_from(raw, f"{where}: heads[{i}]")
+            registry._add(head, restoring=True)
+            for tag in _owners_from(raw.get("owners", []), f"{where}: heads[{i}].owners"):
+                registry._own(head.key, tag)
         return registry
 
     def _add(self, head: Head, *, restoring: bool = False) -> None:
@@ -218,6 +263,7 @@ class HeadRegistry:
         while len(self._heads) > self.max_heads:
             _, old = self._heads.popitem(last=False)
             del self._keys[old.name]
+            self._owners.pop(old.key, None)
 
     def _free_name(self, name: str, key: str) -> str:
         """``name``, else ``name-<key[:6]>``, else longer forms, whichever no other key holds."""
@@ -244,3 +290,16 @@ def _head_from(raw: Any, where: str) -> Head:
     if head_key(system, tools) != key:
         raise ValueError(f"{where}: 'key' {key} does not match its system and tools")
     return Head(key, name, tuple(dict(m) for m in system), tuple(dict(t) for t in tools))
+
+
+def _owners_from(raw: Any, where: str) -> list[str]:
+    if not isinstance(raw, list) or len(raw) > MAX_OWNERS:
+        raise ValueError(f"{where}: expected a list of at most {MAX_OWNERS} tenant tags")
+    for tag in raw:
+        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+            raise ValueError(
+                f"{where}: {tag!r} is not a tenant tag ('' or {TAG_CHARS} lowercase hex chars)"
+            )
+    if len(set(raw)) != len(raw):
+        raise ValueError(f"{where}: a tenant tag appears twice")
+    return raw

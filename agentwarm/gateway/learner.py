@@ -25,7 +25,9 @@ by the same rate and budget as the runtime's (:class:`~agentwarm.runtime.admissi
 their head + the conversation their shape predicts, rendered as the upstream renders it
 (:class:`~agentwarm.gateway.prompts.Renderer`). A failed prefetch is logged and counted, never
 raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
-summarize_steps`) over the last :data:`WINDOW` steps.
+summarize_steps`) over the last :data:`WINDOW` steps. Tenants (``cache_salt``) never share a
+session, a prefetch's namespace or a head; learning is pooled unless ``share_learning=False``
+(:mod:`agentwarm.gateway.tenants` says why that is the default).
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
+from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
-from agentwarm.gateway.heads import HeadRegistry
+from agentwarm.gateway.heads import Head
 from agentwarm.gateway.live import LiveSession
-from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
-from agentwarm.gateway.records import Prefetch, Step
+from agentwarm.gateway.prompts import Renderer, classify, expected_conversation
+from agentwarm.gateway.records import Prefetch, Step, figures
 from agentwarm.gateway.sessions import SessionTracker, chain, extend, session_of_hint
 from agentwarm.gateway.state import GatewayState, load_state, save_state
-from agentwarm.gateway.toolhints import ToolHints
+from agentwarm.gateway.tenants import TenantModels
 from agentwarm.gateway.tracing import GatewayTracer
 from agentwarm.gateway.types import ChatCall, Reply
 from agentwarm.gateway.upstream import Upstream
@@ -58,7 +61,6 @@ from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.spend import choose
 from agentwarm.server.chat_protocol import chat_completion, usage
-from agentwarm.stats.definitions import summarize_steps
 from agentwarm.warmup.explicit import traced_prefill
 
 __all__ = ("WINDOW", "Learner", "Prefetch", "Step")
@@ -91,6 +93,7 @@ class Learner:
         capacity_tokens: int | None = None,
         predictor_factory: Callable[[], Predictor] = default_predictor,
         session_idle_s: float = SESSION_IDLE_S,
+        share_learning: bool = True,
         tracer: GatewayTracer | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -99,9 +102,10 @@ class Learner:
         self.policy = policy or PrefetchPolicy()
         self.state_dir = state_dir
         state = load_state(state_dir, predictor_factory) if state_dir else None
-        state = state or GatewayState(HeadRegistry(), predictor_factory(), Shapes(), ToolHints())
+        state = state or GatewayState.empty(predictor_factory)
         self.heads, self.predictor = state.heads, state.predictor
         self.shapes, self.tool_hints = state.shapes, state.tool_hints
+        self.models = TenantModels(state, share=share_learning, factory=predictor_factory)
         self.sessions = SessionTracker(clock=clock)
         self.session_idle_s = session_idle_s
         self.tracer = tracer or GatewayTracer()
@@ -119,16 +123,21 @@ class Learner:
     # --- Hooks ------------------------------------------------------------------------------
 
     async def on_request(self, call: ChatCall) -> None:
-        head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
+        tenant = call.tenant
+        if tenant is None:
+            return  # salts the upstream refuses: no session, nothing learned or settled
+        head, conversation = self._identify(call, tag := tenant.tag)
         points = chain(conversation)  # once per request: assign and classify both read it
-        sid, _new = self.sessions.assign(conversation, head.key, call.session_hint, points=points)
+        sid, _new = self.sessions.assign(
+            conversation, head.key, call.session_hint, points=points, tenant=tag
+        )
         call.session, call.node = sid, head.name
         self.requests += 1
         now = self._clock()
         self._end_idle(now, keep=sid)
         session = self._sessions.get(sid)
         if session is None:
-            session = self._sessions[sid] = LiveSession()
+            session = self._sessions[sid] = LiveSession(tenant=tenant)
             self.sessions_seen += 1
             while len(self._sessions) > MAX_SESSIONS:
                 self._end(*self._sessions.popitem(last=False))
@@ -145,12 +154,13 @@ class Learner:
         scored = session.branch(head.name, self.policy)
         if scored is not None:
             self.guardrail.observe(scored, self.policy)
+        learned = self.models.of(tag)
         if session.path:
             shape = classify(points, session.points, session.after_reply)
-            self.shapes.observe(head.name, shape)
+            learned.shapes.observe(head.name, shape)
             if session.tool is not None:
-                self.tool_hints.observe(session.tool, head.name)
-        observe_with(self.predictor, session.path[-MAX_PATH:], head.name, session.context)
+                learned.tool_hints.observe(session.tool, head.name)
+        observe_with(learned.predictor, session.path[-MAX_PATH:], head.name, session.context)
         session.path.append(head.name)
         del session.path[:-MAX_PATH]
         session.conversation, session.points = conversation, points
@@ -181,8 +191,9 @@ class Learner:
         head = self.heads.get(call.node or "")
         if head is None:
             return
+        points, tag = session.points, session.tenant.tag
         self.sessions.record(
-            sid, session.conversation, head.key, reply.message, points=session.points
+            sid, session.conversation, head.key, reply.message, points=points, tenant=tag
         )
         session.reply = reply.message
         session.context = StepContext.from_messages([*call.messages, reply.message])
@@ -199,15 +210,19 @@ class Learner:
         target the node); the reply holds only ``usage`` (its ``cached_tokens``: what the
         upstream already had). ``None`` (forward it) without a renderer. An upstream failure
         raises (the app forwards the request instead)."""
-        if self.renderer is None:
+        tenant = call.tenant
+        if self.renderer is None or tenant is None:
             return None
-        head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
+        head, conversation = self._identify(call, tenant.tag)
         ids = self.renderer.prefix_ids(head, conversation)
-        session = session_of_hint(call.session_hint) if call.session_hint else None  # as live
+        hint = call.session_hint
+        session = session_of_hint(hint, tenant.tag) if hint else None  # as a live one
         worker = self.upstream.worker_for(session, call.rid)
         result = await traced_prefill(
             len(ids),
-            lambda: self.upstream.prefill(worker, ids, rid=call.rid, session=session),
+            lambda: self.upstream.prefill(
+                worker, ids, rid=call.rid, session=session, namespace=tenant.namespace
+            ),
             abort=lambda: self.upstream.abort(worker, call.rid),
             kind=PrefetchKind.EXPLICIT,
             session=session,
@@ -220,23 +235,12 @@ class Learner:
         )
 
     def stats(self) -> dict[str, Any]:
-        summary = summarize_steps(
-            list(self._steps), list(self._prefetches), workflow="gateway", runs=self.sessions_seen
-        ).to_dict()
-        hits = [s for s in self._steps if s.prefetched and s.ttft_s is not None]
         return {
-            **summary,
+            **figures(self._steps, self._prefetches, runs=self.sessions_seen),
             "requests": self.requests,
             "sessions": len(self._sessions),
             "nodes": len(self.heads),
             "guardrail_level": str(self.guardrail.level),
-            # Checked against the upstream: how much of a hit's prefetched prefix it found cached.
-            "hit_cached_fraction": (
-                sum(min(s.cached_tokens, s.prefetched_tokens) for s in hits)
-                / sum(s.prefetched_tokens for s in hits)
-                if hits and any(s.prefetched_tokens for s in hits)
-                else None
-            ),
         }
 
     async def drain(self) -> None:
@@ -259,19 +263,25 @@ class Learner:
         """Write the learned state to the state dir (logged, never raised)."""
         if self.state_dir is None:
             return
-        state = GatewayState(self.heads, self.predictor, self.shapes, self.tool_hints)
+        state = GatewayState(
+            self.heads, self.predictor, self.shapes, self.tool_hints, self.models.tenants()
+        )
         try:
             save_state(self.state_dir, state)
         except OSError as exc:
             log.warning("cannot save the gateway's learned state in %s: %s", self.state_dir, exc)
 
+    def _identify(self, call: ChatCall, tag: str) -> tuple[Head, list[Message]]:
+        return self.heads.identify(call.messages, call.tools, hint=call.node_hint, tenant=tag)
+
     # --- prefetching ------------------------------------------------------------------------
 
     def _ranked(self, session: LiveSession) -> list[tuple[str, float]]:
-        predicted = predict_with(self.predictor, session.path[-MAX_PATH:], context=session.context)
-        if session.tool is None:
-            return predicted
-        return self.tool_hints.mix(session.tool, predicted)
+        tag, learned = session.tenant.tag, self.models.of(session.tenant.tag)
+        ranked = predict_with(learned.predictor, session.path[-MAX_PATH:], context=session.context)
+        if session.tool is not None:
+            ranked = learned.tool_hints.mix(session.tool, ranked)
+        return self.heads.own_predictions(ranked, tag)
 
     def _prefetch(self, sid: str, session: LiveSession) -> None:
         if self.renderer is None or not self.policy.enabled:
@@ -287,7 +297,7 @@ class Learner:
             head = self.heads.get(name)
             if head is None:
                 continue
-            shape = self.shapes.rule(name)
+            shape = self.models.of(session.tenant.tag).shapes.rule(name)
             conversation = expected_conversation(shape, session.conversation, session.reply)
             ids = self.renderer.prefix_ids(head, conversation)
             key = tuple(ids)
@@ -316,6 +326,7 @@ class Learner:
         worker = self.upstream.worker_for(sid, rid)
         source = session.path[-1] if session.path else None
         pf = Prefetch(name, rid, worker, len(ids), session=sid, source=source)
+        pf.namespace = session.tenant.namespace
         self._prefetches.append(pf)
         ticket = self.admission.try_acquire(value=p, tokens=len(ids))
         if ticket is None:
@@ -331,7 +342,9 @@ class Learner:
 
     async def _prefill(self, pf: Prefetch, ids: Sequence[int], sid: str, ticket: Ticket) -> None:
         try:
-            result = await self.upstream.prefill(pf.worker, ids, rid=pf.rid, session=sid)
+            result = await self.upstream.prefill(
+                pf.worker, ids, rid=pf.rid, session=sid, namespace=pf.namespace
+            )
             pf.computed_tokens = result.computed_tokens
             if result.status is PrefillStatus.ABORTED and pf.outcome is None:
                 pf.outcome = PrefetchOutcome.CANCELLED
@@ -377,7 +390,8 @@ class Learner:
         """A session ended: its prefetches lost; the run ended after its last node."""
         self._settle(session)
         if session.path:
-            observe_with(self.predictor, session.path[-MAX_PATH:], END, session.context)
+            predictor = self.models.of(session.tenant.tag).predictor
+            observe_with(predictor, session.path[-MAX_PATH:], END, session.context)
         self.tracer.session_end(sid)
 
     def _resolve(self, pf: Prefetch, outcome: PrefetchOutcome) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from agentwarm.chat import Message
 from agentwarm.gateway.records import Prefetch
+from agentwarm.gateway.tenants import DEFAULT_TENANT, Tenant
 from agentwarm.predictors import StepContext
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.rules import prefetched_branch
@@ -21,9 +22,10 @@ __all__ = ("LiveSession",)
 
 @dataclass(slots=True)
 class LiveSession:
-    """A session's path, its last request and reply, its pending prefetches and what its step
-    is scored on."""
+    """A session's tenant (its prefetches go to its namespace), path, last request and reply,
+    pending prefetches and what its step is scored on."""
 
+    tenant: Tenant = DEFAULT_TENANT
     path: list[str] = field(default_factory=list)
     conversation: list[Message] = field(default_factory=list)
     points: list[str] = field(default_factory=list)  # chain(conversation)

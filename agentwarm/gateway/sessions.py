@@ -1,20 +1,23 @@
 """Sessions learned from traffic: which requests belong to one agent run.
 
 A request's conversation is its messages after the head (:func:`~agentwarm.gateway.heads.
-split_head`). :class:`SessionTracker` assigns each request a session id by these rules, first
-match wins:
+split_head`). A session belongs to one tenant (the tag of its namespace,
+:func:`~agentwarm.engines.namespace.tenant_tag`; ``""``: the default tenant): a request only
+ever joins a session of its own tenant. :class:`SessionTracker` assigns each request a session
+id by these rules, first match wins:
 
 1. **Hint**: the client named the session (``X-Agentwarm-Session``, else the OpenAI ``user``
    field or ``metadata.session_id``). The hint is sanitized like a head hint (to
    ``[A-Za-z0-9_.-]``); when that changed it or it is longer than 256 bytes, a digest of the
-   original is appended to a cut so that distinct hints stay distinct. The same hint is the
-   same session.
+   original is appended to a cut so that distinct hints stay distinct. The same hint of the
+   same tenant is the same session; another tenant's id has ``~`` and its tag appended
+   (:func:`session_of_hint`; ``~`` is never in a sanitized hint, so no hint can name it).
 2. **Continuity**: each session's last request is remembered as up to two *points*: its
-   conversation, and that conversation + the assistant's reply. The session whose point is the
-   longest prefix (``k >= 1`` messages) of the new conversation continues, including a request
-   by another head (a handoff) — except when the conversation equals that session's last
-   request's conversation exactly and comes with the same head: a retry, or a new run of the
-   same opening, opens a new session.
+   conversation, and that conversation + the assistant's reply. The tenant's session whose
+   point is the longest prefix (``k >= 1`` messages) of the new conversation continues,
+   including a request by another head (a handoff) — except when the conversation equals that
+   session's last request's conversation exactly and comes with the same head: a retry, or a
+   new run of the same opening, opens a new session.
 3. Else a **new** session (a uuid4 hex).
 
 Messages are compared by :func:`message_digest`, which ignores tool-call ids, the spacing of
@@ -98,20 +101,22 @@ def extend(points: Sequence[str], message: Message) -> str:
     return _roll(points[-1] if points else _SEED, message_digest(message))
 
 
-def session_of_hint(hint: str) -> str | None:
-    """The session id a client's hint names (see rule 1), None when nothing is left of it."""
+def session_of_hint(hint: str, tenant: str = "") -> str | None:
+    """The session id a client's hint names for ``tenant`` (a tag; see rule 1), None when
+    nothing is left of it."""
     clean = sanitize_name(hint, HINT_BYTES)
     if not clean:
         return None
-    if clean == hint:
-        return clean
-    tag = hashlib.sha256(hint.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_HEX]
-    return f"{clean[: HINT_BYTES - _DIGEST_HEX - 1].rstrip('-')}-{tag}"
+    if clean != hint:
+        digest = hashlib.sha256(hint.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_HEX]
+        clean = f"{clean[: HINT_BYTES - _DIGEST_HEX - 1].rstrip('-')}-{digest}"
+    return f"{clean}~{tenant}" if tenant else clean
 
 
 @dataclass(slots=True)
 class _Session:
     seen: float
+    tenant: str = ""
     head: str | None = None
     request: str | None = None  # the point of the last request's conversation
     points: list[str] = field(default_factory=list)  # its index entries (<= 2)
@@ -137,7 +142,7 @@ class SessionTracker:
         self.ttl_s = ttl_s
         self._clock = clock
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
-        self._index: dict[str, str] = {}  # point -> session
+        self._index: dict[tuple[str, str], str] = {}  # (tenant, point) -> session
 
     def assign(
         self,
@@ -146,26 +151,28 @@ class SessionTracker:
         hint: str | None = None,
         *,
         points: Sequence[str] | None = None,
+        tenant: str = "",
     ) -> tuple[str, bool]:
-        """(session id, whether it is new), by the rules of the module docstring. The session
-        counts as used now (a new one is live from here, before :meth:`record`). ``points``:
-        ``chain(conversation)`` when the caller has it already."""
+        """(session id, whether it is new) of a request of ``tenant`` (a tag), by the rules of
+        the module docstring. The session counts as used now (a new one is live from here,
+        before :meth:`record`). ``points``: ``chain(conversation)`` when the caller has it
+        already."""
         now = self._clock()
         self._expire(now)
-        named = session_of_hint(hint) if hint else None
+        named = session_of_hint(hint, tenant) if hint else None
         if named is not None:
-            return self._touch(named, now)
+            return self._touch(named, now, tenant)
         points = chain(conversation) if points is None else points
         for k in range(len(points) - 1, -1, -1):
-            sid = self._index.get(points[k])
+            sid = self._index.get((tenant, points[k]))
             if sid is None:
                 continue
             session = self._sessions[sid]
             retry = k == len(points) - 1 and points[k] == session.request
             if retry and session.head == head_key:
                 break
-            return self._touch(sid, now)
-        return self._touch(uuid.uuid4().hex, now)
+            return self._touch(sid, now, tenant)
+        return self._touch(uuid.uuid4().hex, now, tenant)
 
     def record(
         self,
@@ -175,14 +182,15 @@ class SessionTracker:
         reply: Message | None,
         *,
         points: Sequence[str] | None = None,
+        tenant: str = "",
     ) -> None:
         """Remember ``session``'s last request (its conversation and head) and ``reply`` (the
         assistant message; None or empty when there was none) for continuity. Replaces what the
-        session had recorded; an unknown (or forgotten) session is started. ``points``:
-        ``chain(conversation)`` when the caller has it already."""
+        session had recorded; an unknown (or forgotten) session is started, as ``tenant``'s.
+        ``points``: ``chain(conversation)`` when the caller has it already."""
         now = self._clock()
         self._expire(now)
-        self._touch(session, now)
+        self._touch(session, now, tenant)
         state = self._sessions[session]
         self._unindex(session, state)
         points = chain(conversation) if points is None else points
@@ -193,7 +201,7 @@ class SessionTracker:
             if reply:
                 state.points.append(extend(points, reply))
         for point in state.points:
-            self._index[point] = session
+            self._index[state.tenant, point] = session
 
     def __len__(self) -> int:
         """Live sessions (those idle past ``ttl_s`` count until the next call drops them)."""
@@ -212,17 +220,17 @@ class SessionTracker:
                 f"{len(stray)} stray, {len(self._sessions)} sessions (max {self.max_sessions})"
             )
 
-    def _points_of(self, sid: str) -> list[str]:
+    def _points_of(self, sid: str) -> list[tuple[str, str]]:
         state = self._sessions.get(sid)
-        return state.points if state is not None else []
+        return [(state.tenant, p) for p in state.points] if state is not None else []
 
-    def _touch(self, sid: str, now: float) -> tuple[str, bool]:
+    def _touch(self, sid: str, now: float, tenant: str = "") -> tuple[str, bool]:
         state = self._sessions.get(sid)
         if state is not None:
             state.seen = now
             self._sessions.move_to_end(sid)
             return sid, False
-        self._sessions[sid] = _Session(seen=now)
+        self._sessions[sid] = _Session(seen=now, tenant=tenant)
         while len(self._sessions) > self.max_sessions:
             self._drop_oldest()
         return sid, True
@@ -238,6 +246,6 @@ class SessionTracker:
 
     def _unindex(self, sid: str, state: _Session) -> None:
         for point in state.points:
-            if self._index.get(point) == sid:
-                del self._index[point]
+            if self._index.get((state.tenant, point)) == sid:
+                del self._index[state.tenant, point]
         state.points.clear()

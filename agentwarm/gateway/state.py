@@ -2,8 +2,14 @@
 
 ::
 
-    {"format": "agentwarm.gateway", "version": 1, "heads": {...}, "predictor": {...},
-     "shapes": {...}, "tool_hints": {...}}
+    {"format": "agentwarm.gateway", "version": 2, "heads": {...}, "predictor": {...},
+     "shapes": {...}, "tool_hints": {...}, "tenants": {TAG: {"predictor", "shapes",
+     "tool_hints"}}}
+
+The top-level predictor, shapes and tool hints are what all tenants pool; ``tenants`` holds
+each tenant's own (``--no-share-learning``), by tag, and the heads their owners' tags
+(:mod:`agentwarm.gateway.tenants`): no salt is ever written. A version 1 file (before tenants)
+loads with no per-tenant learning and heads owned by nobody until they are sent again.
 
 Written atomically under a lock file (the predictor store's :func:`~agentwarm.predictors.store.
 atomic_write` and ``filelock``): a crash leaves the old or the new state. Gateways sharing a
@@ -18,7 +24,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import filelock
@@ -27,6 +33,7 @@ from agentwarm import _jsonfile
 from agentwarm.errors import PredictorStateError
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.prompts import Shapes
+from agentwarm.gateway.tenants import Learned, tenants_from_dict
 from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.predictors import Predictor, PredictorStateWarning
 from agentwarm.predictors.store import MAX_STATE_BYTES, atomic_write, set_aside
@@ -34,17 +41,25 @@ from agentwarm.predictors.store import MAX_STATE_BYTES, atomic_write, set_aside
 __all__ = ("FORMAT", "VERSION", "GatewayState", "load_state", "save_state", "state_path")
 
 FORMAT = "agentwarm.gateway"
-VERSION = 1
+VERSION = 2
+_READS = (1, VERSION)
 
 
 @dataclass(slots=True)
 class GatewayState:
-    """What a gateway learned: its nodes, transitions, prompt shapes and tool hints."""
+    """What a gateway learned: its nodes, transitions, prompt shapes and tool hints (pooled),
+    and each tenant's own (by tag)."""
 
     heads: HeadRegistry
     predictor: Predictor
     shapes: Shapes
     tool_hints: ToolHints
+    tenants: dict[str, Learned] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, predictor_factory: Callable[[], Predictor]) -> GatewayState:
+        """Nothing learned yet."""
+        return cls(HeadRegistry(), predictor_factory(), Shapes(), ToolHints())
 
 
 def state_path(state_dir: Path) -> Path:
@@ -67,14 +82,16 @@ def load_state(state_dir: Path, predictor_factory: Callable[[], Predictor]) -> G
         data = _jsonfile.loads(raw)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f'not a gateway state (no "format": "{FORMAT}")')
-        if data.get("version") != VERSION:
-            raise ValueError(f"version {data.get('version')!r}, this agentwarm reads {VERSION}")
-        fresh = predictor_factory()
+        if data.get("version") not in _READS:
+            raise ValueError(f"version {data.get('version')!r}, this agentwarm reads {_READS}")
+        kind = type(predictor_factory())
+        pooled = Learned.from_dict(data, kind)
         return GatewayState(
             heads=HeadRegistry.from_dict(data["heads"]),
-            predictor=type(fresh).from_dict(data["predictor"]),
-            shapes=Shapes.from_dict(data["shapes"]),
-            tool_hints=ToolHints.from_dict(data["tool_hints"]),
+            predictor=pooled.predictor,
+            shapes=pooled.shapes,
+            tool_hints=pooled.tool_hints,
+            tenants=tenants_from_dict(data.get("tenants", {}), kind),
         )
     except (ValueError, TypeError, KeyError) as exc:
         moved = set_aside(path)
@@ -94,9 +111,8 @@ def save_state(state_dir: Path, state: GatewayState) -> Path:
         "format": FORMAT,
         "version": VERSION,
         "heads": state.heads.to_dict(),
-        "predictor": state.predictor.to_dict(),
-        "shapes": state.shapes.to_dict(),
-        "tool_hints": state.tool_hints.to_dict(),
+        **Learned(state.predictor, state.shapes, state.tool_hints).to_dict(),
+        "tenants": {tag: learned.to_dict() for tag, learned in state.tenants.items()},
     }
     data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     with filelock.FileLock(str(path.with_name(".gateway.lock"))):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentwarm.chat import Message
+from agentwarm.gateway.tenants import Tenant
 
 __all__ = ("ChatCall", "Hooks", "NoHooks", "Reply")
 
@@ -49,6 +50,12 @@ class ChatCall:
     def messages(self) -> list[Message]:
         messages = self.body.get("messages")
         return list(messages) if isinstance(messages, list) else []
+
+    @property
+    def tenant(self) -> Tenant | None:
+        """The tenant of the body's ``cache_salt`` / ``extra_key`` (``None``: invalid salts,
+        which the upstream refuses; :mod:`agentwarm.gateway.tenants`)."""
+        return Tenant.of(self.body)
 
     @property
     def tools(self) -> list[dict[str, Any]]:

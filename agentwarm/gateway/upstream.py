@@ -143,14 +143,23 @@ class Upstream:
             raise transport_error(exc, worker + CHAT_PATH) from exc
 
     async def prefill(
-        self, worker: str, ids: Sequence[int], *, rid: str, session: str | None
+        self,
+        worker: str,
+        ids: Sequence[int],
+        *,
+        rid: str,
+        session: str | None,
+        namespace: str = "",
     ) -> PrefillResult:
         """Prefill ``ids`` into ``worker``'s prefix cache at speculative priority (its native
-        ``/generate`` with ``input_ids`` and ``max_new_tokens: 0``); an aborted prefill returns
+        ``/generate`` with ``input_ids`` and ``max_new_tokens: 0``) in ``namespace`` (the
+        tenant's: sent as its ``cache_salt`` / ``extra_key``); an aborted prefill returns
         ``status=ABORTED``, a failure raises an :class:`~agentwarm.errors.EngineError`."""
         engine = self.engine(worker)
         key = routing_key(session) if session else None
-        return await engine.prefill(ids, priority=Priority.SPECULATIVE, rid=rid, session=key)
+        return await engine.prefill(
+            ids, priority=Priority.SPECULATIVE, rid=rid, namespace=namespace, session=key
+        )
 
     async def abort(self, worker: str, rid: str) -> None:
         """Abort the prefill ``rid`` on ``worker``; never raises (a failure is logged)."""

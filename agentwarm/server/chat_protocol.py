@@ -4,13 +4,15 @@ them and SGLang's and vLLM's ``/v1/chat/completions`` answer them.
 
 What is accepted: ``messages`` (roles system/developer/user/assistant/tool; ``content`` a string,
 null, or a list of ``{"type": "text"}`` parts, which are joined), ``tools`` (function tools),
-``tool_choice`` (``auto``/``none``/``required`` or a named function: read by templates that
-use it, not enforced), ``max_tokens`` / ``max_completion_tokens`` (``0``: a warm request,
-prefilled at speculative priority and answered with usage only), ``temperature``, ``seed``,
-``stream`` with ``stream_options.include_usage``, ``user`` (the session: routing key), and the
-usual fields a client sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no
-``logprobs``). A field the engine cannot honour with another value is refused with a 400 that
-names it, rather than ignored; unknown fields are ignored (as vLLM does).
+``tool_choice`` (``auto``/``none``/``required`` or a named function: read by templates that use it,
+not enforced), ``max_tokens`` / ``max_completion_tokens`` (``0``: a warm request, prefilled at
+speculative priority and answered with usage only), ``temperature``, ``seed``, ``stream`` with
+``stream_options.include_usage``, ``user`` (the session: routing key), ``cache_salt`` /
+``extra_key`` (the tenant: the cache namespace, by the rule ``/generate`` uses,
+:mod:`agentwarm.engines.namespace`; each at most 256 bytes, no NUL), and the usual fields a client
+sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no ``logprobs``). A field the
+engine cannot honour with another value is refused with a 400 that names it, rather than ignored;
+unknown fields are ignored (as vLLM does).
 :func:`parse_chat_request` is that check, one home for it: ``agentwarm serve``'s chat route and
 the gateway's warm path (:mod:`agentwarm.gateway.warm`) answer a body it refuses with the same 400.
 """
@@ -23,7 +25,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from agentwarm.chat import Message
-from agentwarm.engines.sglang.protocol import Text
+from agentwarm.engines.namespace import namespace_key
+from agentwarm.engines.sglang.protocol import NamespacePart, Text
 from agentwarm.server.http import HTTPError, validate
 
 __all__ = (
@@ -60,6 +63,8 @@ class ChatRequest(BaseModel):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: Text | None = None
+    cache_salt: NamespacePart | None = None
+    extra_key: NamespacePart | None = None
     # Accepted only with the values that ask for nothing the engine lacks.
     n: StrictInt | None = None
     top_p: float | None = None
@@ -83,6 +88,11 @@ class ChatRequest(BaseModel):
                     'tools: each tool must be {"type": "function", "function": {"name": ...}}'
                 )
         return self
+
+    @property
+    def namespace(self) -> str:
+        """The cache namespace (tenant) of ``cache_salt`` and ``extra_key``."""
+        return namespace_key(self.cache_salt, self.extra_key)
 
     @property
     def limit(self) -> int | None:

@@ -9,8 +9,9 @@ With ``tools`` and a template whose model family's tool-call format is known
 (:attr:`ChatTemplate.family <agentwarm.chat.ChatTemplate.family>`), the calls in the reply come
 back as ``tool_calls`` (``finish_reason: "tool_calls"``); a stream then holds the output back and
 sends the text and the calls at the end, as one delta each. ``usage.prompt_tokens_details.
-cached_tokens`` is the prompt found in the prefix cache. ``max_tokens: 0`` is a warm request:
-a prefill at speculative priority, answered with ``usage`` and no choices. The wire format is
+cached_tokens`` is the prompt found in the prefix cache of the request's tenant (``cache_salt`` /
+``extra_key``, the namespace ``/generate`` isolates by). ``max_tokens: 0`` is a warm request: a
+prefill at speculative priority, answered with ``usage`` and no choices. The wire format is
 :mod:`~agentwarm.server.chat_protocol`.
 """
 
@@ -25,7 +26,7 @@ from starlette.routing import Route
 
 from agentwarm.chat import FALLBACK, split_tool_calls
 from agentwarm.engines.base import new_rid
-from agentwarm.engines.namespace import check_field, namespace_key
+from agentwarm.engines.namespace import check_field
 from agentwarm.engines.sglang.protocol import (
     ROUTING_KEY_HEADER,
     GenerateReply,
@@ -127,7 +128,7 @@ class ChatRoutes:
             ids=ids,
             sampling=validate(SamplingParams, fields),
             priority=None,
-            namespace=namespace_key(None, None),
+            namespace=req.namespace,
             session=session,
             log_metrics=True,
         )

@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from agentwarm.predictors import default_predictor
 from tests.conftest_server import ROOT, GatewayProcess, ServeProcess, serve
 from tests.waiting import wait_until
 
@@ -152,3 +153,38 @@ def test_bad_options_are_one_error_line_and_exit_2(args: list[str], message: str
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_no_share_learning_keeps_each_tenants_learning_apart_on_disk_by_tag(
+    worker: ServeProcess, tmp_path: Path
+) -> None:
+    """``--no-share-learning``: one model per tenant, saved under its tag; no salt on disk."""
+    state = tmp_path / "state"
+    args = ["--upstream", worker.url, "--model", "tiny-bytes", "--state-dir", str(state)]
+    gw = GatewayProcess([*args, "--no-share-learning"])
+    salts = ("salt-of-tenant-a", "salt-of-tenant-b")
+    try:
+        for salt in salts:
+            for step in ("first", "second"):
+                body = {
+                    "messages": [
+                        {"role": "system", "content": f"You are the {step} agent."},
+                        {"role": "user", "content": "hello"},
+                    ],
+                    "max_tokens": 2,
+                    "user": "same-user",
+                    "cache_salt": salt,
+                }
+                resp = httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=30)
+                assert resp.status_code == 200, resp.text
+        stats = httpx.get(f"{gw.url}/v1/agentwarm/stats", timeout=10).json()
+        assert stats["sessions"] == 2  # the same user under two salts: two sessions
+    finally:
+        gw.stop()
+    saved = (state / "gateway.json").read_text()
+    assert not any(salt in saved for salt in salts)
+    doc = json.loads(saved)
+    assert len(doc["tenants"]) == 2 and all(len(tag) == 32 for tag in doc["tenants"])
+    assert all(sorted(h["owners"]) == sorted(doc["tenants"]) for h in doc["heads"]["heads"])
+    untouched = json.loads(json.dumps(default_predictor().to_dict()))
+    assert doc["predictor"] == untouched  # nothing was pooled

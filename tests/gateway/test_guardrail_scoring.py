@@ -74,9 +74,11 @@ class Prefills(StubUpstream):
     def __init__(self) -> None:
         self.sent = 0
 
-    async def prefill(self, worker: str, ids: list[int], *, rid: str, session: str | None) -> Any:
+    async def prefill(
+        self, worker: str, ids: list[int], *, rid: str, session: str | None, **kw: Any
+    ) -> Any:
         self.sent += 1
-        return await super().prefill(worker, ids, rid=rid, session=session)
+        return await super().prefill(worker, ids, rid=rid, session=session, **kw)
 
 
 async def _learner() -> tuple[Learner, Scripted, Scores, Prefills, dict[str, str]]:

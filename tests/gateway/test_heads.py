@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from agentwarm._spec import END, START
 from agentwarm.chat import Message
 from agentwarm.gateway.heads import (
+    MAX_OWNERS,
     HeadRegistry,
     content_text,
     head_key,
@@ -262,3 +263,24 @@ def test_a_tool_that_is_not_an_object_is_refused() -> None:
 def test_max_heads_is_checked() -> None:
     with pytest.raises(ValueError, match="max_heads must be a positive integer"):
         HeadRegistry(max_heads=0)
+
+
+def test_a_tenant_owns_the_heads_it_sent_and_is_predicted_only_those() -> None:
+    registry = HeadRegistry()
+    a, b = "a" * 32, "b" * 32
+    shared, _ = registry.identify([{"role": "system", "content": PLANNER}], None, tenant=a)
+    registry.identify([{"role": "system", "content": PLANNER}], None, tenant=b)
+    private, _ = registry.identify([{"role": "system", "content": "B only."}], None, tenant=b)
+    assert registry.owns(a, shared.name) and registry.owns(b, shared.name)
+    assert registry.owns(b, private.name) and not registry.owns(a, private.name)
+    assert not registry.owns("", shared.name) and not registry.owns(a, "unknown")
+    ranked = [(private.name, 0.6), (shared.name, 0.3), (END, 0.1)]
+    assert registry.own_predictions(ranked, b) == ranked
+    kept = registry.own_predictions(ranked, a)  # B's head dropped, the rest keeps the total
+    assert [n for n, _ in kept] == [shared.name, END]
+    assert [round(p, 9) for _, p in kept] == [0.75, 0.25]
+    for i in range(MAX_OWNERS + 1):  # bounded: the least recent owner is forgotten
+        registry.identify([{"role": "system", "content": PLANNER}], None, tenant=f"{i:032x}")
+    assert not registry.owns(a, shared.name) and registry.owns(f"{MAX_OWNERS:032x}", shared.name)
+    restored = HeadRegistry.from_dict(json.loads(json.dumps(registry.to_dict())))
+    assert restored.owns(b, private.name) and not restored.owns(a, private.name)

@@ -192,7 +192,9 @@ async def test_losing_candidates_are_settled_as_wasted_and_never_delay_the_winne
 class FailingPrefills(Upstream):
     """An upstream whose prefills all fail (its live chat endpoint works)."""
 
-    async def prefill(self, worker: str, ids: Any, *, rid: str, session: str | None) -> Any:
+    async def prefill(
+        self, worker: str, ids: Any, *, rid: str, session: str | None, **_: Any
+    ) -> Any:
         raise EngineUnavailable(f"{worker} refused the prefill (injected)")
 
 

@@ -37,7 +37,7 @@ class StubUpstream:
         return "http://w1"
 
     async def prefill(
-        self, worker: str, ids: list[int], *, rid: str, session: str | None
+        self, worker: str, ids: list[int], *, rid: str, session: str | None, namespace: str = ""
     ) -> PrefillResult:
         return PrefillResult(rid, len(ids), 0, len(ids), PrefillStatus.DONE)
 

@@ -172,6 +172,25 @@ def test_hinted_sessions() -> None:
     assert tracker.assign(later, WRITER) == ("run-7", False)
 
 
+def test_a_session_belongs_to_one_tenant() -> None:
+    """The same hint, or a continued conversation, of another tenant is another session; no
+    hint of the default tenant can name a salted tenant's session."""
+    tracker = SessionTracker()
+    a, b = "a" * 32, "b" * 32
+    assert tracker.assign([user("hi")], PLANNER, hint="alice", tenant=a) == (f"alice~{a}", True)
+    assert tracker.assign([user("hi")], PLANNER, hint="alice", tenant=b) == (f"alice~{b}", True)
+    assert tracker.assign([user("hi")], PLANNER, hint="alice") == ("alice", True)
+    assert session_of_hint(f"alice~{a}") not in (f"alice~{a}", None)
+    sid, _ = tracker.assign([user("hi")], PLANNER, tenant=a)
+    tracker.record(sid, [user("hi")], PLANNER, assistant("hello"), tenant=a)
+    more = [user("hi"), assistant("hello"), user("more")]
+    assert tracker.assign(more, WRITER, tenant=a) == (sid, False)
+    other, new = tracker.assign(more, WRITER, tenant=b)
+    assert new and other != sid
+    assert tracker.assign(more, WRITER)[1]  # nor the default tenant
+    tracker.check_integrity()
+
+
 # --- continuity -----------------------------------------------------------------------------
 
 

@@ -1,14 +1,18 @@
-"""The gateway's learned state file: round trip, and an unusable file set aside with a warning."""
+"""The gateway's learned state file: round trip, an unusable file set aside with a warning,
+tenants kept by tag (never a salt) with their heads' ownership validated, older files read."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from agentwarm.engines.namespace import tenant_tag
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.prompts import Shape, Shapes
 from agentwarm.gateway.state import GatewayState, load_state, save_state, state_path
+from agentwarm.gateway.tenants import Learned
 from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.predictors import PredictorStateWarning, default_predictor
 
@@ -55,3 +59,38 @@ def test_an_unusable_file_is_set_aside_and_learning_restarts(tmp_path: Path, tex
     assert moved.read_text(encoding="utf-8") == text  # nothing lost
     save_state(tmp_path, learned())  # and the next save works
     assert load_state(tmp_path, default_predictor) is not None
+
+
+def test_tenants_are_saved_as_tags_and_their_ownership_validated_on_load(tmp_path: Path) -> None:
+    state = learned()
+    tag = tenant_tag("secret-salt")
+    head, _ = state.heads.identify([{"role": "system", "content": "Only mine."}], None, tenant=tag)
+    state.tenants[tag] = Learned(default_predictor(), Shapes(), ToolHints())
+    state.tenants[tag].predictor.observe([], head.name)
+    save_state(tmp_path, state)
+    text = state_path(tmp_path).read_text(encoding="utf-8")
+    assert "secret-salt" not in text and tag in text
+    loaded = load_state(tmp_path, default_predictor)
+    assert loaded is not None
+    assert loaded.heads.owns(tag, head.name) and not loaded.heads.owns("", head.name)
+    assert all(loaded.heads.owns("", h.name) for h in loaded.heads if h.name != head.name)
+    assert loaded.tenants[tag].predictor.predict([]) == state.tenants[tag].predictor.predict([])
+    # An owner that is not a tag (a salt in clear, say) makes the file unusable: set aside.
+    doc = json.loads(text)
+    doc["heads"]["heads"][-1]["owners"] = ["secret-salt"]
+    state_path(tmp_path).write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.warns(PredictorStateWarning, match="is not a tenant tag"):
+        assert load_state(tmp_path, default_predictor) is None
+
+
+def test_a_file_from_before_tenants_loads_with_heads_owned_by_nobody(tmp_path: Path) -> None:
+    save_state(tmp_path, learned())
+    doc = json.loads(state_path(tmp_path).read_text(encoding="utf-8"))
+    doc["version"] = 1
+    del doc["tenants"]
+    for head in doc["heads"]["heads"]:
+        del head["owners"]
+    state_path(tmp_path).write_text(json.dumps(doc), encoding="utf-8")
+    loaded = load_state(tmp_path, default_predictor)
+    assert loaded is not None and len(loaded.heads) == 2 and loaded.tenants == {}
+    assert not any(loaded.heads.owns("", h.name) for h in loaded.heads)  # until sent again

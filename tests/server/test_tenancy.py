@@ -2,7 +2,8 @@
 
 The namespace rule lives in :mod:`agentwarm.engines.namespace`; these tests go through the app
 (httpx.ASGITransport in front of a FakeEngine) so they check what a client sees: the
-``cached_tokens`` of a request in another tenant's namespace.
+``cached_tokens`` of a request in another tenant's namespace — and over the wire against
+``agentwarm serve --engine fake --model tiny`` for the chat endpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.namespace import MAX_PART_BYTES, namespace_key
 from agentwarm.engines.sglang import SGLangEngine
 from agentwarm.server import ServerConfig, create_app
+from tests.conftest_server import serve
 
 BASE = "http://127.0.0.1"
 PROMPT = [7, 8, 9] * 200  # 600 tokens
@@ -162,4 +164,56 @@ async def test_namespace_bookkeeping_stays_within_the_cache_budget() -> None:
         engine.cache.check_integrity()
         assert (await client.post("/flush_cache")).status_code == 200
     assert engine.cache.namespaces == ()
+    await engine.aclose()
+
+
+def chat_cached(url: str, **fields: str) -> tuple[int, int]:
+    """(prompt tokens, cached tokens) of one chat request with ``fields`` (salts) to ``url``."""
+    body = {
+        "messages": [
+            {"role": "system", "content": "You are tenant A's private assistant. " * 20},
+            {"role": "user", "content": "What is on my calendar today?"},
+        ],
+        "max_tokens": 1,
+        **fields,
+    }
+    resp = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 200, resp.text
+    used = resp.json()["usage"]
+    return used["prompt_tokens"], used["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_chat_completions_isolate_tenants_by_cache_salt_and_extra_key() -> None:
+    """Reproduced: tenant B's first chat request (salt B) found 577/578 tokens of A's cached."""
+    with serve("--model", "tiny") as server:
+        prompt, cached = chat_cached(server.url, cache_salt="tenant-a")
+        assert cached == 0 and prompt > 100
+        assert chat_cached(server.url, cache_salt="tenant-b") == (prompt, 0)
+        assert chat_cached(server.url) == (prompt, 0)  # the default tenant is one too
+        assert chat_cached(server.url, cache_salt="tenant-b")[1] >= prompt - 1
+        assert chat_cached(server.url, extra_key="tenant-b")[1] >= prompt - 1  # same namespace
+        assert chat_cached(server.url, cache_salt="tenant-b", extra_key="x") == (prompt, 0)
+        assert chat_cached(server.url, cache_salt="tenant-a")[1] >= prompt - 1
+        bad = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "cache_salt": "a\0b"},
+            timeout=60,
+        )
+        assert bad.status_code == 400
+        assert "cache_salt must not contain NUL" in bad.json()["error"]["message"]
+
+
+async def test_sglang_client_sends_a_pair_namespace_as_its_two_fields() -> None:
+    """A namespace of a (cache_salt, extra_key) pair (the gateway prefetches in its clients')
+    goes as the pair: the server refuses a NUL in either field, and joins them again."""
+    engine = fake()
+    app = create_app(engine, ServerConfig(), close_engine=False)
+    client = SGLangEngine(BASE, tokenizer="byte", transport=httpx.ASGITransport(app=app))
+    first = await client.prefill(PROMPT, namespace=namespace_key("a", "b"))
+    assert (first.prompt_tokens, first.cached_tokens) == (600, 0)
+    async with client_for(engine) as http:
+        assert (await prefill(http, PROMPT, cache_salt="a", extra_key="b"))["cached_tokens"] == 600
+        assert (await prefill(http, PROMPT, cache_salt="a"))["cached_tokens"] == 0
+    assert engine.cache.namespaces == (namespace_key("a", "b"), "a")
+    await client.aclose()
     await engine.aclose()

@@ -166,9 +166,9 @@ class StubUpstream:
         return self.urls[0]
 
     async def prefill(
-        self, worker: str, ids: list[int], *, rid: str, session: str | None
+        self, worker: str, ids: list[int], *, rid: str, session: str | None, namespace: str = ""
     ) -> PrefillResult:
-        return await self.engine.prefill(ids, rid=rid, session=session)
+        return await self.engine.prefill(ids, rid=rid, session=session, namespace=namespace)
 
     async def abort(self, worker: str, rid: str) -> None:
         await self.engine.abort(rid)

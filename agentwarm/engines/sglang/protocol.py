@@ -46,7 +46,7 @@ from pydantic import (
     field_validator,
 )
 
-from agentwarm.engines.namespace import check_field, check_part
+from agentwarm.engines.namespace import check_field, check_part, namespace_parts
 from agentwarm.errors import InvalidRequest
 
 __all__ = (
@@ -60,6 +60,7 @@ __all__ = (
     "GenerateRequest",
     "MetaInfo",
     "MetricName",
+    "NamespacePart",
     "SamplingParams",
     "Text",
     "TokenizeRequest",
@@ -97,6 +98,14 @@ def _valid_unicode(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 """A string that encodes as UTF-8 (no lone surrogates)."""
+
+
+def _namespace_part(value: str, info: ValidationInfo) -> str:
+    return check_part(str(info.field_name), value)
+
+
+NamespacePart = Annotated[Text, AfterValidator(_namespace_part)]
+"""A ``cache_salt`` or ``extra_key`` (:func:`~agentwarm.engines.namespace.check_part`)."""
 
 TokenId = Annotated[StrictInt, Field(ge=0)]
 
@@ -182,16 +191,11 @@ class GenerateRequest(BaseModel):
     rid: Text | list[Text] | None = None
     stream: StrictBool = False
     priority: StrictInt | None = None
-    cache_salt: Text | None = None
-    extra_key: Text | None = None
+    cache_salt: NamespacePart | None = None
+    extra_key: NamespacePart | None = None
     routing_key: Text | None = None
     session_id: Text | None = None
     log_metrics: StrictBool = True
-
-    @field_validator("cache_salt", "extra_key")
-    @classmethod
-    def _namespace_part(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else check_part(str(info.field_name), value)
 
     @field_validator("rid", "routing_key", "session_id")
     @classmethod
@@ -248,7 +252,8 @@ def generate_body(
 ) -> dict[str, Any]:
     """The JSON body of a client's ``POST /generate``: only the fields it sets (a prefill-only
     request sends no ``temperature``; ``priority=None`` sends none; the namespace goes in each of
-    ``salt_fields`` when not empty). Raises :class:`~agentwarm.errors.InvalidRequest` for an
+    ``salt_fields`` when not empty, a ``cache_salt`` + ``extra_key`` pair's as its two parts
+    when both fields are sent). Raises :class:`~agentwarm.errors.InvalidRequest` for an
     empty prompt or a negative ``max_new_tokens``; the server judges the rest."""
     if len(ids) == 0:
         raise InvalidRequest("empty prompt: ids must hold at least one token id")
@@ -265,8 +270,10 @@ def generate_body(
     if priority is not None:
         request.priority = int(priority)
     if namespace:
-        for field in salt_fields:
-            setattr(request, field, namespace)
+        salt, key = namespace_parts(namespace)
+        pair = key is not None and set(salt_fields) == set(SALT_FIELDS)
+        for field in salt_fields:  # a pair goes as its two parts (the server joins them again)
+            setattr(request, field, (salt if field == "cache_salt" else key) if pair else namespace)
     return request.model_dump(exclude_unset=True)
 
 
