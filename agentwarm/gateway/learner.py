@@ -23,7 +23,9 @@ and the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.r
 spend.choose`, at the idle price) are prefilled upstream at speculative priority, each admitted
 by the same rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`):
 their head + the conversation their shape predicts, rendered as the upstream renders it
-(:class:`~agentwarm.gateway.prompts.Renderer`). A failed prefetch is logged and counted, never
+(:class:`~agentwarm.gateway.prompts.Renderer`, in a render thread: never on the event loop; a
+prompt that cannot fit the model's context is skipped; a session whose next request came while
+its candidates rendered sends none of the rest). A failed prefetch is logged and counted, never
 raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
 summarize_steps`) over the last :data:`WINDOW` steps.
 """
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
+from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.live import LiveSession
@@ -198,11 +201,14 @@ class Learner:
         ``explicit`` prefill span, :func:`~agentwarm.warmup.explicit.traced_prefill`, its
         target the node); the reply holds only ``usage`` (its ``cached_tokens``: what the
         upstream already had). ``None`` (forward it) without a renderer. An upstream failure
-        raises (the app forwards the request instead)."""
+        raises (the app forwards the request instead); a prompt that cannot fit the model's
+        context raises :class:`~agentwarm.errors.ContextLengthExceeded` (answered 400), unrendered
+        when its text alone is too long (:meth:`~agentwarm.gateway.prompts.Renderer.prompt_ids`,
+        which renders off the event loop)."""
         if self.renderer is None:
             return None
         head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
-        ids = self.renderer.prefix_ids(head, conversation)
+        ids = await self.renderer.prompt_ids(head, conversation, refuse=True)
         session = call.session_hint
         worker = self.upstream.worker_for(session, call.rid)
         result = await traced_prefill(
@@ -282,14 +288,34 @@ class Learner:
         if limits.paused:
             return
         chosen = choose(predictions, policy=self.policy, limits=limits)
+        task = asyncio.get_running_loop().create_task(
+            self._send_chosen(sid, session, chosen, session.conversation, session.reply)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_chosen(
+        self,
+        sid: str,
+        session: LiveSession,
+        chosen: Sequence[tuple[int, str, float]],
+        last: list[Message],
+        reply: Message | None,
+    ) -> None:
+        """Render the chosen candidates' prompts (off the event loop) and send them; given up
+        when the session's next request came meanwhile (``last`` is no longer its
+        conversation) or it ended."""
         sent: set[tuple[int, ...]] = set()
         for _, name, p in chosen:
             head = self.heads.get(name)
             if head is None:
                 continue
             shape = self.shapes.rule(name)
-            conversation = expected_conversation(shape, session.conversation, session.reply)
-            ids = self.renderer.prefix_ids(head, conversation)
+            conversation = expected_conversation(shape, last, reply)
+            assert self.renderer is not None  # _prefetch checked
+            ids = await self.renderer.prompt_ids(head, conversation)
+            if session.conversation is not last or self._sessions.get(sid) is not session:
+                return  # stale: the session moved on while this rendered
             key = tuple(ids)
             if len(ids) < MIN_PREFETCH_TOKENS:
                 continue
