@@ -131,4 +131,3 @@ async def test_a_warm_request_over_the_context_in_tokens_is_refused_unsent() -> 
     message = answer.json()["error"]["message"]
     assert "exceeds the model context of 1000 tokens" in message
     assert rendered and prefills == []  # rendered (small enough to), never sent
-
