@@ -23,11 +23,9 @@ and the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.r
 spend.choose`, at the idle price) are prefilled upstream at speculative priority, each admitted
 by the same rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`):
 their head + the conversation their shape predicts, rendered as the upstream renders it
-(:class:`~agentwarm.gateway.prompts.Renderer`, in a render thread: never on the event loop; a
-prompt that cannot fit the model's context is skipped; a session whose next request came while
-its candidates rendered sends none of the rest). A failed prefetch is logged and counted, never
-raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
-summarize_steps`) over the last :data:`WINDOW` steps.
+(:class:`~agentwarm.gateway.prompts.Renderer`, off the event loop). A failed prefetch is logged
+and counted, never raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.
+definitions.summarize_steps`) over the last :data:`WINDOW` steps.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
-from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.live import LiveSession
@@ -201,10 +198,8 @@ class Learner:
         ``explicit`` prefill span, :func:`~agentwarm.warmup.explicit.traced_prefill`, its
         target the node); the reply holds only ``usage`` (its ``cached_tokens``: what the
         upstream already had). ``None`` (forward it) without a renderer. An upstream failure
-        raises (the app forwards the request instead); a prompt that cannot fit the model's
-        context raises :class:`~agentwarm.errors.ContextLengthExceeded` (answered 400), unrendered
-        when its text alone is too long (:meth:`~agentwarm.gateway.prompts.Renderer.prompt_ids`,
-        which renders off the event loop)."""
+        raises (the app forwards the request instead), as does a prompt too long for the model
+        (``ContextLengthExceeded``, a 400: see :mod:`~agentwarm.gateway.prompts`)."""
         if self.renderer is None:
             return None
         head, conversation = self.heads.identify(call.messages, call.tools, hint=call.node_hint)
@@ -288,34 +283,26 @@ class Learner:
         if limits.paused:
             return
         chosen = choose(predictions, policy=self.policy, limits=limits)
-        task = asyncio.get_running_loop().create_task(
-            self._send_chosen(sid, session, chosen, session.conversation, session.reply)
-        )
+        sending = self._send_chosen(sid, session, chosen, session.conversation, session.reply)
+        task = asyncio.get_running_loop().create_task(sending)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _send_chosen(
-        self,
-        sid: str,
-        session: LiveSession,
-        chosen: Sequence[tuple[int, str, float]],
-        last: list[Message],
-        reply: Message | None,
+        self, sid: str, session: LiveSession, chosen: list[Any], last: list[Any], reply: Any
     ) -> None:
-        """Render the chosen candidates' prompts (off the event loop) and send them; given up
-        when the session's next request came meanwhile (``last`` is no longer its
-        conversation) or it ended."""
+        """Render the chosen prompts off the event loop and send them, unless the session moved
+        on meanwhile (its next request came: ``last`` is not its conversation; or it ended)."""
         sent: set[tuple[int, ...]] = set()
         for _, name, p in chosen:
             head = self.heads.get(name)
-            if head is None:
+            if head is None or self.renderer is None:
                 continue
             shape = self.shapes.rule(name)
             conversation = expected_conversation(shape, last, reply)
-            assert self.renderer is not None  # _prefetch checked
             ids = await self.renderer.prompt_ids(head, conversation)
             if session.conversation is not last or self._sessions.get(sid) is not session:
-                return  # stale: the session moved on while this rendered
+                return
             key = tuple(ids)
             if len(ids) < MIN_PREFETCH_TOKENS:
                 continue
