@@ -20,10 +20,11 @@ were is checked against the upstream's ``cached_tokens`` (the learner's stats).
 Rendering costs CPU in proportion to the prompt (bounded per call:
 :func:`~agentwarm.chat.render_ids`), so the learner renders with :meth:`Renderer.prompt_ids`: in
 one of :data:`RENDER_THREADS` worker threads (process-wide; more renders wait their turn), never
-on the event loop, and only prompts that can fit the model's context. A prompt whose text alone
-is longer than :func:`~agentwarm.server.security.default_max_request_bytes` of the context (16
-bytes per token + 64 KiB; 8 MiB when the context is unknown) is refused unrendered, one whose ids
-are more than the context after rendering is refused unsent: a warm request gets
+on the event loop, and only prompts that can fit the model's context. A prompt of more messages
+than the context has tokens, or whose text alone is longer than
+:func:`~agentwarm.server.security.default_max_request_bytes` of the context (16 bytes per token +
+64 KiB; 8 MiB when the context is unknown), is refused unrendered; one of more ids than the
+context after rendering is refused unsent. A warm request gets
 :class:`~agentwarm.errors.ContextLengthExceeded` (its 400), a prefetch is skipped (one log line).
 """
 
@@ -156,6 +157,15 @@ class Renderer:
         messages = [*head.system, *conversation]
         size, limit = _text_bytes([messages, head.tools]), self.max_prompt_bytes
         context = self.chat.max_context
+        if context and len(messages) > context:
+            raise ContextLengthExceeded(
+                f"prompt of {len(messages)} messages cannot fit the model context of {context} "
+                "tokens (each message takes at least one); shorten the conversation or use a "
+                "longer-context model",
+                prompt_tokens=len(messages),
+                max_tokens=0,
+                limit=context,
+            )
         if size > limit:
             fits = (
                 f"the model context of {context} tokens (at most {limit} bytes of text at "
@@ -188,7 +198,7 @@ class Renderer:
         except ContextLengthExceeded as exc:
             if refuse:
                 raise
-            log.info("node %s not prefetched: %s", head.name, exc)
+            log.warning("node %s not prefetched: %s", head.name, exc)
             return []
 
 

@@ -5,6 +5,7 @@ is rendered (400 naming the limit and the fix)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -13,11 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
+from agentwarm.chat import FALLBACK
 from agentwarm.engines.base import PrefillResult, PrefillStatus
-from agentwarm.engines.tokenizers import QwenTokenizer
+from agentwarm.engines.tokenizers import ByteTokenizer, QwenTokenizer
 from agentwarm.gateway.app import GatewayConfig, create_gateway_app
 from agentwarm.gateway.learner import Learner
 from agentwarm.gateway.prompts import Renderer
+from agentwarm.gateway.types import ChatCall, Reply
 from agentwarm.warmup.render import ChatRenderer
 from tests.chat.test_render_bounds import counting
 from tests.conftest_server import GatewayProcess, ServeProcess, serve
@@ -91,7 +94,9 @@ class StubUpstream:
         return None
 
 
-async def _warm(content: str, *, max_context: int) -> tuple[httpx.Response, Any, list[int]]:
+async def _warm(
+    content: str, *, max_context: int, count: int = 1
+) -> tuple[httpx.Response, Any, list[int]]:
     template = counting("qwen2.5-refused")
     encoded: list[int] = []
     encode = QwenTokenizer().encode
@@ -104,7 +109,8 @@ async def _warm(content: str, *, max_context: int) -> tuple[httpx.Response, Any,
     renderer = Renderer(ChatRenderer(counted, template, max_context=max_context))
     learner = Learner(upstream, renderer)  # type: ignore[arg-type]
     app = create_gateway_app(upstream, learner, GatewayConfig())  # type: ignore[arg-type]
-    body = {"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": content}]}
+    messages = [{"role": "user", "content": content}] * count
+    body = {"model": "m", "max_tokens": 0, "messages": messages}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client:
         answer = await client.post("http://127.0.0.1/v1/chat/completions", json=body)
     await learner.aclose()
@@ -131,3 +137,47 @@ async def test_a_warm_request_over_the_context_in_tokens_is_refused_unsent() -> 
     message = answer.json()["error"]["message"]
     assert "exceeds the model context of 1000 tokens" in message
     assert rendered and prefills == []  # rendered (small enough to), never sent
+
+
+async def test_a_warm_request_of_more_messages_than_the_context_is_refused_unrendered() -> None:
+    answer, rendered, prefills = await _warm("", max_context=1000, count=1001)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == (
+        "prompt of 1001 messages cannot fit the model context of 1000 tokens (each message "
+        "takes at least one); shorten the conversation or use a longer-context model"
+    )
+    assert rendered == [] and prefills == []
+
+
+async def test_a_prefetch_too_big_for_the_context_is_skipped_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    upstream = StubUpstream()
+    renderer = Renderer(ChatRenderer(ByteTokenizer().encode, FALLBACK, max_context=1000))
+    learner = Learner(upstream, renderer)  # type: ignore[arg-type]
+    supervisor = {"role": "system", "content": "You are the supervisor: route every question."}
+    specialist = {"role": "system", "content": "You are the specialist: answer the question."}
+    reply = {"role": "assistant", "content": "Transferring you."}
+
+    async def run(session: str, question: str) -> None:
+        user = {"role": "user", "content": question}
+        first = ChatCall({"messages": [supervisor, user]}, rid=f"{session}-1", session_hint=session)
+        await learner.on_request(first)
+        await learner.on_response(first, Reply(200, reply))
+        await learner.drain()
+        second = ChatCall(
+            {"messages": [specialist, user, reply]}, rid=f"{session}-2", session_hint=session
+        )
+        await learner.on_request(second)
+
+    await run("s1", "Where is my bag?")  # learns supervisor -> specialist
+    await run("s2", "Where is my bag, again?")
+    sent = len(upstream.prefills)
+    assert sent == 2  # one after each first reply (s2: the specialist)
+    with caplog.at_level(logging.WARNING, logger="agentwarm.gateway.prompts"):
+        await run("s3", "x" * 90_000)
+    assert len(upstream.prefills) == sent  # nothing sent for the huge conversation
+    skipped = sorted(r.getMessage().split(" not prefetched: ")[0] for r in caplog.records)
+    assert skipped == ["node you-are-the-specialist", "node you-are-the-supervisor"]  # one each
+    assert all("prompt of 900" in r.getMessage() for r in caplog.records)
+    await learner.aclose()
