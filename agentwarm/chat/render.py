@@ -15,6 +15,16 @@ messages follow ends the stable prefix: :attr:`RenderedPrompt.stable` counts the
 it, only they are safe to prefetch, and a :class:`PrefixUnstableWarning` names the template and
 the message (once per template name). A ``messages[:k]`` the template refuses to render on its own
 (Llama 3.1 with tools wants a first user message) is not a boundary; the next one that renders is.
+
+The cost is bounded: a conversation of up to :data:`MAX_PREFIX_RENDERS` messages is checked at
+every message; a longer one only at every ``s``-th message (``s`` the smallest power of two that
+leaves at most :data:`MAX_PREFIX_RENDERS` such prefixes) and at its last, so one call renders the
+template at most ``MAX_PREFIX_RENDERS + 2`` times (+1 with ``then``), whatever its length. A
+prefix that was rendered before (:class:`~agentwarm.chat.memo.PrefixMemo`, checked against this
+prompt's text) is a boundary without a rendering, so a conversation that grows by a message
+renders one new prefix. Between two checked boundaries the messages count as stable when the
+later boundary is (their ``boundaries`` entries are the earlier one's, as for a prefix that does
+not render): checking each of them would cost one rendering per message, quadratic in all.
 """
 
 from __future__ import annotations
@@ -30,9 +40,12 @@ from agentwarm.chat.memo import NOT_RENDERED, PrefixMemo, utf8
 from agentwarm.chat.template import ChatTemplate, Message, Tool
 from agentwarm.errors import ConfigError
 
-__all__ = ("PrefixUnstableWarning", "RenderedPrompt", "render_ids")
+__all__ = ("MAX_PREFIX_RENDERS", "PrefixUnstableWarning", "RenderedPrompt", "render_ids")
 
 Encode = Callable[[str], list[int]]
+
+#: Past this many messages, only every ``s``-th prefix is rendered (module docstring).
+MAX_PREFIX_RENDERS = 16
 
 
 class PrefixUnstableWarning(UserWarning):
@@ -94,6 +107,7 @@ def render_ids(
     add_generation_prompt: bool = True,
     then: Sequence[Message] = (),
     cache: MutableMapping[str, list[int]] | None = None,
+    max_renders: int = MAX_PREFIX_RENDERS,
     **variables: Any,
 ) -> RenderedPrompt:
     """Render ``messages`` (+ ``tools``) with ``template`` and tokenize them with ``encode``, one
@@ -106,9 +120,11 @@ def render_ids(
     last assistant turn with an empty ``<think></think>`` block that a following user turn removes.
 
     ``cache`` (optional) maps piece text to its ids, to reuse encodings across calls with the same
-    ``encode``. ``variables`` are extra template variables (the fallback's ``node``, Llama's
-    ``date_string``, ...). Raises :class:`~agentwarm.errors.ConfigError` when the template cannot
-    render the whole conversation.
+    ``encode`` (:class:`~agentwarm.chat.memo.PieceCache` bounds it). ``max_renders``: past that
+    many messages, only every ``s``-th prefix is rendered (module docstring). ``variables`` are
+    extra template variables (the fallback's ``node``, Llama's ``date_string``, ...). Raises
+    :class:`~agentwarm.errors.ConfigError` when the template cannot render the whole
+    conversation.
     """
     full = template.render(
         messages, tools=tools, add_generation_prompt=add_generation_prompt, **variables
@@ -124,9 +140,10 @@ def render_ids(
         return ids
 
     def extends(length: int) -> bool:
-        """Whether ``full[:length]`` extends the stable prefix and is kept by ``then``."""
+        """Whether ``full[:length]`` extends the stable prefix and is kept by ``then`` (which
+        kept ``full[:done]`` already: only the new span is compared)."""
         fits = done <= length <= len(full)
-        return fits and (goes_on is None or goes_on[:length] == full[:length])
+        return fits and (goes_on is None or goes_on[done:length] == full[done:length])
 
     keys = _MEMO.keys(template, tools, variables, messages)
     ids: list[int] = []
@@ -134,6 +151,7 @@ def render_ids(
     done = 0  # the stable messages render as full[:done]
     hashed = hashlib.sha1(usedforsecurity=False)  # over full[:done]
     stable = 0
+    every = _stride(len(messages), max_renders)
     for k in range(1, len(messages) + 1):
         known = _MEMO.get(keys[k])
         if known == NOT_RENDERED:
@@ -144,7 +162,9 @@ def render_ids(
             candidate.update(utf8(full[done : known[0]]))
             if candidate.digest() == known[1]:
                 end, hashed = known[0], candidate
-        if end is None:  # not known, or not what is known: render it
+        if end is None:  # not known, or not what is known: render it (if it is checked)
+            if k % every and k != len(messages):
+                continue
             text = _render_or_none(template, messages[:k], tools, variables)
             _MEMO.put(keys[k], text)
             if text is None:
@@ -160,6 +180,14 @@ def render_ids(
         done, stable = end, k
     ids.extend(encoded(full[done:]))
     return RenderedPrompt(text=full, ids=ids, boundaries=boundaries, stable=stable)
+
+
+def _stride(count: int, most: int) -> int:
+    """The smallest power of two ``s`` with at most ``most`` multiples of ``s`` in 1..count."""
+    s = 1
+    while count // s > max(most, 1):
+        s *= 2
+    return s
 
 
 def _render_or_none(

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "BUILTIN_TOKENIZERS",
+    "PRESET_CONTEXT",
     "PRESET_TOKENIZERS",
     "ByteTokenizer",
     "HFTokenizer",
@@ -57,6 +58,11 @@ PRESET_TOKENIZERS: dict[str, str] = {
 """The built-in tokenizer of each model preset (a name
 :func:`~agentwarm.engines.local.model.preset_tokenizer` takes). Defined here, where importing it
 costs no torch: the commands that only tokenize read it."""
+
+PRESET_CONTEXT = 32_768
+"""Context of every preset (:mod:`agentwarm.engines.local.model`): long enough for real agent
+transcripts (policy, tools, history). Defined here, beside :data:`PRESET_TOKENIZERS`, for the
+commands that only tokenize (the gateway sizes its limits by it)."""
 
 
 @runtime_checkable

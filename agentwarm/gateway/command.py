@@ -24,7 +24,7 @@ from agentwarm.gateway.run import serve_gateway
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.predictors import default_state_dir
-from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES
+from agentwarm.server.security import default_max_request_bytes
 from agentwarm.warmup.options import (
     KeepWarmOption,
     ReadyFileOption,
@@ -131,8 +131,12 @@ def gateway(
         "--insecure-no-api-key",
         help="Serve a non-loopback --host without an API key (anyone who reaches it can use it).",
     ),
-    max_request_bytes: int = typer.Option(
-        MAX_DEFAULT_REQUEST_BYTES, "--max-request-bytes", min=1024, help="Larger bodies get 413."
+    max_request_bytes: int | None = typer.Option(
+        None,
+        "--max-request-bytes",
+        min=1024,
+        help="Larger bodies get 413 (default: sized by --model's context as agentwarm serve "
+        "sizes its own, 8 MiB without --model).",
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
     share_learning: bool = typer.Option(
@@ -168,7 +172,8 @@ def gateway(
         api_key=api_key or None,
         host=host,
         port=port,
-        max_request_bytes=max_request_bytes,
+        max_request_bytes=max_request_bytes
+        or default_max_request_bytes(renderer.chat.max_context if renderer else None),
         model_name=model,
     )
 

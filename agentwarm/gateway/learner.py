@@ -23,11 +23,11 @@ and the candidates the runtime's policy and guardrail allow (:func:`~agentwarm.r
 spend.choose`, at the idle price) are prefilled upstream at speculative priority, each admitted
 by the same rate and budget as the runtime's (:class:`~agentwarm.runtime.admission.Admission`):
 their head + the conversation their shape predicts, rendered as the upstream renders it
-(:class:`~agentwarm.gateway.prompts.Renderer`). A failed prefetch is logged and counted, never
-raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
-summarize_steps`) over the last :data:`WINDOW` steps. Tenants (``cache_salt``) never share a
-session, a prefetch's namespace or a head; learning is pooled unless ``share_learning=False``
-(:mod:`agentwarm.gateway.tenants` says why that is the default).
+(:class:`~agentwarm.gateway.prompts.Renderer`, off the event loop). A failed prefetch is logged
+and counted, never raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.
+definitions.summarize_steps`) over the last :data:`WINDOW` steps. Tenants (``cache_salt``) never
+share a session, a prefetch's namespace or a head; learning is pooled unless
+``share_learning=False`` (:mod:`agentwarm.gateway.tenants` says why that is the default).
 """
 
 from __future__ import annotations
@@ -209,12 +209,13 @@ class Learner:
         ``explicit`` prefill span, :func:`~agentwarm.warmup.explicit.traced_prefill`, its
         target the node); the reply holds only ``usage`` (its ``cached_tokens``: what the
         upstream already had). ``None`` (forward it) without a renderer. An upstream failure
-        raises (the app forwards the request instead)."""
+        raises (the app forwards the request instead), as does a prompt too long for the model
+        (``ContextLengthExceeded``, a 400: see :mod:`~agentwarm.gateway.prompts`)."""
         tenant = call.tenant
         if self.renderer is None or tenant is None:
             return None
         head, conversation = self._identify(call, tenant.tag)
-        ids = self.renderer.prefix_ids(head, conversation)
+        ids = await self.renderer.prompt_ids(head, conversation, refuse=True)
         hint = call.session_hint
         session = session_of_hint(hint, tenant.tag) if hint else None  # as a live one
         worker = self.upstream.worker_for(session, call.rid)
@@ -292,14 +293,26 @@ class Learner:
         if limits.paused:
             return
         chosen = choose(predictions, policy=self.policy, limits=limits)
+        sending = self._send_chosen(sid, session, chosen, session.conversation, session.reply)
+        task = asyncio.get_running_loop().create_task(sending)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_chosen(
+        self, sid: str, session: LiveSession, chosen: list[Any], last: list[Any], reply: Any
+    ) -> None:
+        """Render the chosen prompts off the event loop and send them, unless the session moved
+        on meanwhile (its next request came: ``last`` is not its conversation; or it ended)."""
         sent: set[tuple[int, ...]] = set()
         for _, name, p in chosen:
             head = self.heads.get(name)
-            if head is None:
+            if head is None or self.renderer is None:
                 continue
             shape = self.models.of(session.tenant.tag).shapes.rule(name)
-            conversation = expected_conversation(shape, session.conversation, session.reply)
-            ids = self.renderer.prefix_ids(head, conversation)
+            conversation = expected_conversation(shape, last, reply)
+            ids = await self.renderer.prompt_ids(head, conversation)
+            if session.conversation is not last or self._sessions.get(sid) is not session:
+                return
             key = tuple(ids)
             if len(ids) < MIN_PREFETCH_TOKENS:
                 continue

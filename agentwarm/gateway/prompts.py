@@ -16,20 +16,51 @@ with the model's chat template, exactly as the upstream's chat endpoint renders 
 (:func:`~agentwarm.chat.render_ids`): only the messages that render the same whatever follows
 them are prefetched, so the ids are a token-exact prefix of the real request's. Whether they
 were is checked against the upstream's ``cached_tokens`` (the learner's stats).
+
+Rendering costs CPU in proportion to the prompt (bounded per call:
+:func:`~agentwarm.chat.render_ids`), so the learner renders with :meth:`Renderer.prompt_ids`: in
+one of :data:`RENDER_THREADS` worker threads (process-wide; more renders wait their turn), never
+on the event loop, and only prompts that can fit the model's context. A prompt of more messages
+than the context has tokens, or whose text alone is longer than
+:func:`~agentwarm.server.security.default_max_request_bytes` of the context (16 bytes per token +
+64 KiB; 8 MiB when the context is unknown), is refused unrendered; one of more ids than the
+context after rendering is refused unsent. A warm request gets
+:class:`~agentwarm.errors.ContextLengthExceeded` (its 400), a prefetch is skipped (one log line).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from typing import Any
 
 from agentwarm.chat import ChatTemplate, Message
+from agentwarm.chat.memo import utf8
+from agentwarm.engines.types import check_context
+from agentwarm.errors import ContextLengthExceeded
 from agentwarm.gateway.heads import Head
+from agentwarm.server.security import BYTES_PER_CONTEXT_TOKEN, default_max_request_bytes
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 
-__all__ = ("Renderer", "Shape", "Shapes", "classify", "expected_conversation", "load_renderer")
+__all__ = (
+    "RENDER_THREADS",
+    "Renderer",
+    "Shape",
+    "Shapes",
+    "classify",
+    "expected_conversation",
+    "load_renderer",
+)
+
+log = logging.getLogger(__name__)
+
+#: How many prompts are rendered at once (worker threads, process-wide).
+RENDER_THREADS = 2
+_POOL = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="agentwarm-render")
 
 
 class Shape(StrEnum):
@@ -113,6 +144,77 @@ class Renderer:
         """The ids of ``head`` + ``conversation`` that the real request will start with (its
         stable messages; ``[]`` when nothing renders)."""
         return self.chat.prefix_ids([*head.system, *conversation], head.tools)
+
+    @property
+    def max_prompt_bytes(self) -> int:
+        """The most text a prompt that fits the model's context can hold (module docstring)."""
+        return default_max_request_bytes(self.chat.max_context)
+
+    def fitting_ids(self, head: Head, conversation: Sequence[Message]) -> list[int]:
+        """:meth:`prefix_ids`, for a prompt that can fit the model's context; else
+        :class:`~agentwarm.errors.ContextLengthExceeded` naming the limit and the fix, before
+        rendering when its text alone is too long (module docstring)."""
+        messages = [*head.system, *conversation]
+        size, limit = _text_bytes([messages, head.tools]), self.max_prompt_bytes
+        context = self.chat.max_context
+        if context and len(messages) > context:
+            raise ContextLengthExceeded(
+                f"prompt of {len(messages)} messages cannot fit the model context of {context} "
+                "tokens (each message takes at least one); shorten the conversation or use a "
+                "longer-context model",
+                prompt_tokens=len(messages),
+                max_tokens=0,
+                limit=context,
+            )
+        if size > limit:
+            fits = (
+                f"the model context of {context} tokens (at most {limit} bytes of text at "
+                f"{BYTES_PER_CONTEXT_TOKEN} bytes per token)"
+                if context
+                else f"the {limit} bytes of text the gateway renders (the model context is unknown)"
+            )
+            raise ContextLengthExceeded(
+                f"prompt of {size} bytes of text cannot fit {fits}; shorten the prompt "
+                "(system, tools, conversation) or use a longer-context model",
+                prompt_tokens=size // BYTES_PER_CONTEXT_TOKEN,
+                max_tokens=0,
+                limit=context or 0,
+            )
+        ids = self.chat.prefix_ids(messages, head.tools)
+        if context:
+            check_context(len(ids), context)
+        return ids
+
+    async def prompt_ids(
+        self, head: Head, conversation: Sequence[Message], *, refuse: bool = False
+    ) -> list[int]:
+        """:meth:`fitting_ids` in a render thread (at most :data:`RENDER_THREADS` at once; the
+        others wait their turn), so that the event loop goes on serving. A prompt that cannot
+        fit the context raises with ``refuse`` (a warm request), else is ``[]`` (a prefetch:
+        skipped, one log line)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(_POOL, self.fitting_ids, head, list(conversation))
+        except ContextLengthExceeded as exc:
+            if refuse:
+                raise
+            log.warning("node %s not prefetched: %s", head.name, exc)
+            return []
+
+
+def _text_bytes(value: Any) -> int:
+    """The UTF-8 bytes of the strings in ``value`` (mapping values, not keys), nested lists and
+    mappings walked without recursion: a template prints at least the text it is given."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(utf8(item))
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, Iterable) and not isinstance(item, bytes | bytearray):
+            stack.extend(item)
+    return total
 
 
 def load_renderer(model: str) -> Renderer:

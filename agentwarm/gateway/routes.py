@@ -34,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentwarm.engines.base import new_rid
 from agentwarm.engines.sglang.errors import transport_error
-from agentwarm.errors import EngineError, EngineTimeout, InvalidRequest
+from agentwarm.errors import ContextLengthExceeded, EngineError, EngineTimeout, InvalidRequest
 from agentwarm.gateway.metrics import GatewayMetrics
 from agentwarm.gateway.streams import ReplyAssembler, SSEReader
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, ChatCall, Hooks, Reply
@@ -193,6 +193,9 @@ class ChatProxy:
         )
         if warm is not None:
             warmed = await self._warm(call)
+            if isinstance(warmed, HTTPError):
+                self.metrics.answered(warmed.status, None)
+                return error_reply(warmed)
             if warmed is not None:
                 self.metrics.answered(200, None)
                 return warm_reply(warm, call.rid, warmed)
@@ -231,9 +234,12 @@ class ChatProxy:
 
     # ------------------------------------------------------------------ hooks, never failing
 
-    async def _warm(self, call: ChatCall) -> dict[str, Any] | None:
+    async def _warm(self, call: ChatCall) -> dict[str, Any] | HTTPError | None:
         try:
             return await self.hooks.warm(call)
+        except ContextLengthExceeded as exc:  # cannot fit the model: forwarding cannot either
+            log.warning("warm request %s refused: %s", call.rid, exc)
+            return HTTPError(400, str(exc))
         except Exception:
             log.exception("hooks.warm failed (request %s is forwarded)", call.rid)
             return None

@@ -108,7 +108,8 @@ class Hooks(Protocol):
     async def warm(self, call: ChatCall) -> dict[str, Any] | None:
         """A warm request (``max_tokens: 0``): prefill its prompt at speculative priority and
         return the ``chat.completion`` to answer it with (usage only, no choices), or ``None``
-        to forward it to the upstream as it is."""
+        to forward it to the upstream as it is; :class:`~agentwarm.errors.ContextLengthExceeded`
+        refuses it (answered 400 with its message)."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from agentwarm._spec import NodeSpec
 from agentwarm.chat import FALLBACK, ChatTemplate, Message, render_ids
+from agentwarm.chat.memo import PieceCache
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.runtime.transcript import NO_SYSTEM, Transcript
@@ -132,7 +133,7 @@ class PromptRenderer:
         self._pending: tuple[str, str, list[int]] | None = None  # (text, node, ids)
         # Any other template: each node's known prefix, and render_ids' encodings by text.
         self._heads: dict[str, _Head] = {}
-        self._pieces: dict[str, list[int]] = {}
+        self._pieces = PieceCache()  # bounded by tokens and characters
 
     def prefix_ids(self, spec: NodeSpec) -> list[int]:
         """What is known of ``spec``'s next prompt now: ``[system] + transcript`` rendered

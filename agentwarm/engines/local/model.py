@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentwarm.engines.tokenizers import (
+    PRESET_CONTEXT,
     PRESET_TOKENIZERS,
     QWEN2_5_EMBEDDINGS,
     ByteTokenizer,
@@ -55,8 +56,6 @@ __all__ = (
 
 ATTN_IMPLEMENTATION = "sdpa"
 
-PRESET_CONTEXT = 32_768
-"""Context of every preset: long enough for real agent transcripts (policy, tools, history)."""
 
 _TINY: dict[str, Any] = {
     "hidden_size": 256,
