@@ -8,22 +8,19 @@ discards the unread bytes. :class:`LimitedH11Protocol` (the servers' ``http`` pr
 a head over :data:`MAX_HEAD_BYTES` — as the servers' JSON error, naming the limit and the fix,
 then closes gracefully: it half-closes its side and reads (and drops) what the client still
 sends, for up to :data:`LINGER_S` seconds or :data:`LINGER_BYTES` bytes, so that the answer
-arrives. One warning line is logged per refusal.
+arrives. uvicorn logs one warning line per refusal (``Invalid HTTP request received.``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = ("LINGER_BYTES", "LINGER_S", "MAX_HEAD_BYTES", "LimitedH11Protocol", "refusal")
-
-log = logging.getLogger(__name__)
 
 #: The longest request head (request line and headers) the servers parse: uvicorn's default.
 MAX_HEAD_BYTES = 16 * 1024
@@ -76,7 +73,6 @@ class LimitedH11Protocol(H11Protocol):
         error = self.conn.error if isinstance(self.conn, _Connection) else None
         status = error.error_status_hint if error is not None else 400
         message, kind = refusal(status, str(error or msg))
-        log.warning("refused a request from %s: HTTP %d: %s", _peer(self.client), status, message)
         body = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -118,7 +114,3 @@ class LimitedH11Protocol(H11Protocol):
         if self._linger is not None:
             self._linger.cancel()
         super().connection_lost(exc)
-
-
-def _peer(client: tuple[str, int] | None) -> str:
-    return f"{client[0]}:{client[1]}" if client else "a client"
