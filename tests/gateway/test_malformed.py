@@ -41,6 +41,17 @@ CASES: list[tuple[str, bytes, int, tuple[str, ...]]] = [
     # (id, body, status, fragments of the error message)
     ("800-deep-content", DEEP_CONTENT, 400, ("messages.0.content", "nested too deeply", "64")),
     (
+        "800-deep-tool-schema",
+        b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": [{"type": '
+        b'"function", "function": {"name": "f", "parameters": '
+        + b'{"a": ' * 800
+        + b"1"
+        + b"}" * 800
+        + b"}}]}",
+        400,
+        ("tools.0.function.parameters.a.a", "nested too deeply"),
+    ),
+    (
         "50000-deep-tool-arguments",
         json.dumps({"messages": [USER, call(deep_list(50_000)), USER], "max_tokens": 2}).encode(),
         400,
@@ -127,16 +138,17 @@ def test_malformed_chat_through_the_gateway_is_a_4xx(
 
 
 def test_refused_requests_log_at_most_a_line_each_and_no_traceback(tmp_path: Path) -> None:
-    # Fresh processes, so that their whole log is this test's.
+    # Fresh processes, so that their whole log is this test's: every case through the gateway
+    # (live and warm), then straight to the worker.
     with serve("--model", "tiny", "--max-request-bytes", "4000000") as worker:
         args = ["--upstream", worker.url, "--model", "tiny", "--state-dir", str(tmp_path)]
         gw = GatewayProcess(args)
         try:
             started = (len(gw.output), len(worker.output))
             for _, body, status, _ in CASES:
-                for warm in (False, True):
+                for url, warm in ((gw.url, False), (gw.url, True), (worker.url, False)):
                     sent = body.replace(b'"max_tokens": 2', b'"max_tokens": 0') if warm else body
-                    answered = post(gw.url, sent).status_code
+                    answered = post(url, sent).status_code
                     assert answered == status or (warm and answered < 500), (sent[:80], answered)
             served = post(gw.url, json.dumps({"messages": [SYSTEM, USER]}).encode())
             assert served.status_code == 200
@@ -144,7 +156,7 @@ def test_refused_requests_log_at_most_a_line_each_and_no_traceback(tmp_path: Pat
             gw.stop()
         wait_until(lambda: gw.proc.poll() is not None, what="the gateway to exit")
         gw._drain.join(10)
-    requests = 2 * len(CASES)
+    requests = 3 * len(CASES)
     for name, output, skip in (
         ("gateway", gw.output, started[0]),
         ("worker", worker.output, started[1]),
