@@ -5,10 +5,13 @@
   :data:`QWEN2_5` is Qwen2.5-Instruct's template (the embedded presets' tokenizer family).
 - :func:`render_ids` tokenizes a rendering message by message, so that the ids of a conversation's
   stable prefix are a token-exact prefix of the ids of the whole prompt (what prefetching needs).
-- :func:`parse_tool_calls` reads the tool calls out of a reply for a few model families.
+- :func:`parse_tool_calls` reads the tool calls out of a reply for a few model families;
+  :func:`check_tool_arguments` refuses the request's tool-call arguments no template can format
+  (JSON nested too deeply).
 
 The ground floor of the package: this imports nothing else of agentwarm but
-:mod:`agentwarm.errors`; transformers' Jinja environment is imported on the first render.
+:mod:`agentwarm.errors` and :mod:`agentwarm._jsonfile`; transformers' Jinja environment is
+imported on the first render.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from agentwarm.chat.template import (
     ChatTemplate,
     Message,
     Tool,
+    check_tool_arguments,
     openai_messages,
+    parse_arguments,
     split_head,
 )
 from agentwarm.chat.toolcalls import family_of, parse_tool_calls, split_tool_calls
@@ -36,8 +41,10 @@ __all__ = (
     "PrefixUnstableWarning",
     "RenderedPrompt",
     "Tool",
+    "check_tool_arguments",
     "family_of",
     "openai_messages",
+    "parse_arguments",
     "parse_tool_calls",
     "render_ids",
     "split_head",

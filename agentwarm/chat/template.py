@@ -10,17 +10,26 @@ templates format them with ``tojson``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
+from agentwarm._jsonfile import MAX_DEPTH, Flaw, find_flaw
 from agentwarm.chat.toolcalls import family_of
 from agentwarm.errors import ConfigError
 
-__all__ = ("SYSTEM_ROLES", "ChatTemplate", "Message", "Tool", "openai_messages", "split_head")
+__all__ = (
+    "SYSTEM_ROLES",
+    "ChatTemplate",
+    "Message",
+    "Tool",
+    "check_tool_arguments",
+    "openai_messages",
+    "parse_arguments",
+    "split_head",
+)
 
 #: One OpenAI-style chat message: ``{"role": "system"|"user"|"assistant"|"tool", "content": str,
 #: "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}],
@@ -59,7 +68,7 @@ def split_head(messages: Sequence[Message]) -> tuple[list[Message], list[Message
 def openai_messages(messages: Iterable[Message]) -> list[Message]:
     """A copy of ``messages`` as the OpenAI endpoints of vLLM and SGLang hand it to a template:
     each assistant tool call's ``arguments``, when a JSON string, becomes the object it encodes
-    (a string that is not JSON stays as it is)."""
+    (a string that is not JSON stays as it is: :func:`parse_arguments`)."""
     out = []
     for message in messages:
         message = dict(message)
@@ -76,9 +85,53 @@ def _with_parsed_arguments(call: Any) -> Any:
     function = dict(call["function"])
     arguments = function.get("arguments")
     if isinstance(arguments, str):
-        with contextlib.suppress(ValueError):
-            function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+        function["arguments"] = parse_arguments(arguments)
     return {**call, "function": function}
+
+
+def parse_arguments(arguments: str) -> Any:
+    """A tool call's ``arguments`` string as a template gets it: the JSON value it encodes,
+    ``{}`` when blank, the string itself when it is not JSON. Raises ValueError when its JSON
+    nests deeper than :data:`~agentwarm._jsonfile.MAX_DEPTH` levels."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except RecursionError:
+        raise ValueError(Flaw("depth", (), MAX_DEPTH).problem()) from None
+    except ValueError:
+        return arguments
+    if _brackets(arguments) > MAX_DEPTH:
+        flaw = find_flaw(value, surrogates=False)
+        if flaw is not None:
+            raise ValueError(flaw.problem())
+    return value
+
+
+def _brackets(text: str) -> int:
+    return text.count("[") + text.count("{")
+
+
+def check_tool_arguments(messages: Sequence[Any]) -> None:
+    """Raise ValueError naming ``messages[i].tool_calls[j].function.arguments`` of the first
+    assistant tool call whose arguments :func:`parse_arguments` refuses (what a template would
+    fail on); anything else about the messages is not checked here."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if not isinstance(calls, list):
+            continue
+        for j, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, Mapping) else None
+            arguments = function.get("arguments") if isinstance(function, Mapping) else None
+            if not isinstance(arguments, str) or _brackets(arguments) <= MAX_DEPTH:
+                continue  # fewer brackets than the limit cannot nest deeper: nothing to parse
+            try:
+                parse_arguments(arguments)
+            except ValueError as exc:
+                where = f"messages[{i}].tool_calls[{j}].function.arguments"
+                raise ValueError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ runs as a background task, awaited for up to ``shutdown_grace_s`` at shutdown, t
 Security is ``agentwarm serve``'s (:mod:`agentwarm.server.security`): with ``api_key`` every
 path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (401), without one
 the Host/Origin checks apply (421/403); bodies over ``max_request_bytes`` get 413, non-JSON ones
-415; every error is ``{"error": {"message", "type", "code"}}``. At shutdown the hooks are closed,
-then the upstream connections.
+415, an ``X-Agentwarm-Session``/``X-Agentwarm-Node``/``X-SMG-Routing-Key`` header over 4 KiB (or
+headers over 16 KiB) 431; every error is ``{"error": {"message", "type", "code"}}``. At shutdown
+the hooks are closed, then the upstream connections.
 """
 
 from __future__ import annotations
@@ -49,19 +50,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agentwarm.engines.sglang.protocol import ROUTING_KEY_HEADER
 from agentwarm.errors import EngineUnavailable
 from agentwarm.gateway.metrics import GatewayMetrics
 from agentwarm.gateway.routes import Background, ChatProxy
-from agentwarm.gateway.types import Hooks
+from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, Hooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.server.http import HTTPError, error_reply, error_response, http_exception, unexpected
-from agentwarm.server.security import MAX_DEFAULT_REQUEST_BYTES, APIKeyGuard, HostGuard
+from agentwarm.server.security import (
+    MAX_DEFAULT_REQUEST_BYTES,
+    APIKeyGuard,
+    HeaderLimit,
+    HostGuard,
+)
 from agentwarm.warmup.keepwarm import KeepWarm
 from agentwarm.warmup.options import WarmupSettings, ready_answer
 
 __all__ = ("GatewayConfig", "create_gateway_app")
 
 log = logging.getLogger(__name__)
+
+#: The headers that name a session, a node or a routing key: each at most
+#: :data:`~agentwarm.server.security.MAX_ID_HEADER_BYTES` bytes, else 431.
+ID_HEADERS = (SESSION_HEADER, NODE_HEADER, ROUTING_KEY_HEADER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +120,7 @@ def create_gateway_app(
         app.add_middleware(APIKeyGuard, api_key=gateway.config.api_key, error=error_response)
     else:
         app.add_middleware(HostGuard, bound_host=gateway.config.host, error=error_response)
+    app.add_middleware(HeaderLimit, headers=ID_HEADERS, error=error_response)
     return app
 
 

@@ -13,6 +13,12 @@ The answer keeps the upstream's status, body and the headers a client reads
 ``x-should-retry``, ``x-request-id``, ``x-ratelimit-*``, ``ratelimit-*``, ``openai-*``), on a
 stream too; no other header (hop-by-hop ones, ``content-length`` and ``content-encoding``, which
 describe the gateway's own framing, cookies, the upstream's ``server``) is passed on.
+
+A body that is not JSON, nests too deeply or holds a lone surrogate
+(:func:`~agentwarm.server.http.read_json`), has no ``messages`` list, or has a tool call whose
+``arguments`` no template can format (:func:`~agentwarm.chat.check_tool_arguments`) is answered
+400 here, before any hook. What a hook cannot use logs one warning line; a hook's bug, one
+record with a bounded traceback.
 """
 
 from __future__ import annotations
@@ -32,15 +38,22 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from agentwarm.chat import check_tool_arguments
 from agentwarm.engines.base import new_rid
 from agentwarm.engines.sglang.errors import transport_error
-from agentwarm.errors import ContextLengthExceeded, EngineError, EngineTimeout, InvalidRequest
+from agentwarm.errors import (
+    AgentwarmError,
+    ContextLengthExceeded,
+    EngineError,
+    EngineTimeout,
+    InvalidRequest,
+)
 from agentwarm.gateway.metrics import GatewayMetrics
 from agentwarm.gateway.streams import ReplyAssembler, SSEReader
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, ChatCall, Hooks, Reply
 from agentwarm.gateway.upstream import CHAT_PATH, Upstream
 from agentwarm.gateway.warm import warm_reply, warm_request
-from agentwarm.server.http import HTTPError, error_reply, read_json
+from agentwarm.server.http import HTTPError, error_reply, log_bug, one_line, read_json
 from agentwarm.server.sse import disconnected, sse
 
 __all__ = (
@@ -181,6 +194,7 @@ class ChatProxy:
                     "body must be a JSON object with a 'messages' list (OpenAI's chat format), "
                     f"got {_shape(body)}",
                 )
+            _check_arguments(body["messages"])
         except HTTPError as exc:
             self.metrics.answered(exc.status, None)
             return error_reply(exc)
@@ -238,29 +252,29 @@ class ChatProxy:
         try:
             return await self.hooks.warm(call)
         except ContextLengthExceeded as exc:  # cannot fit the model: forwarding cannot either
-            log.warning("warm request %s refused: %s", call.rid, exc)
+            log.warning("warm request %s refused: %s", call.rid, one_line(exc))
             return HTTPError(400, str(exc))
-        except Exception:
-            log.exception("hooks.warm failed (request %s is forwarded)", call.rid)
+        except Exception as exc:
+            _hook_failed("hooks.warm", f"request {call.rid} is forwarded", exc)
             return None
 
     async def _on_request(self, call: ChatCall) -> None:
         try:
             await self.hooks.on_request(call)
-        except Exception:
-            log.exception("hooks.on_request failed (request %s goes on)", call.rid)
+        except Exception as exc:
+            _hook_failed("hooks.on_request", f"request {call.rid} goes on", exc)
 
     def _on_tool(self, call: ChatCall, name: str) -> None:
         try:
             self.hooks.on_tool_call(call, name)
-        except Exception:
-            log.exception("hooks.on_tool_call failed (request %s goes on)", call.rid)
+        except Exception as exc:
+            _hook_failed("hooks.on_tool_call", f"request {call.rid} goes on", exc)
 
     async def _on_response(self, call: ChatCall, reply: Reply) -> None:
         try:
             await self.hooks.on_response(call, reply)
-        except Exception:
-            log.exception("hooks.on_response failed for request %s", call.rid)
+        except Exception as exc:
+            _hook_failed("hooks.on_response", f"request {call.rid}", exc)
 
     def _worker(self, call: ChatCall) -> str:
         if call.worker is not None and call.worker not in self.upstream.urls:
@@ -357,6 +371,24 @@ class Relay(Response):
 
 def _error(worker: str, exc: httpx.HTTPError) -> EngineError:
     return transport_error(exc, worker + CHAT_PATH)
+
+
+def _hook_failed(hook: str, then: str, exc: Exception) -> None:
+    """One warning line for what a hook could not use (a body it cannot read, a chat template
+    that cannot render it, an upstream failure); a bug's record has a bounded traceback."""
+    if isinstance(exc, (ValueError, AgentwarmError)):
+        log.warning("%s skipped (%s): %s: %s", hook, then, type(exc).__name__, one_line(exc))
+    else:
+        log_bug(log, f"{hook} failed ({then})", exc)
+
+
+def _check_arguments(messages: list[Any]) -> None:
+    """A 400 for a tool call's ``arguments`` no template can format (as the workers refuse it;
+    the learner would render it too)."""
+    try:
+        check_tool_arguments(messages)
+    except ValueError as exc:
+        raise HTTPError(400, str(exc)) from None
 
 
 def _shape(body: Any) -> str:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import time
 import uuid
 from collections import OrderedDict
@@ -44,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentwarm.chat import Message
+from agentwarm.chat import Message, parse_arguments
 from agentwarm.gateway.heads import canonical_json, content_text, sanitize_name
 
 __all__ = ("SessionTracker", "chain", "extend", "message_digest", "session_of_hint")
@@ -58,7 +57,8 @@ _SEED = "0" * _DIGEST_HEX
 def message_digest(message: Message) -> str:
     """16 hex chars of the sha256 of the canonical JSON of the message's role, content text
     (parts joined), tool calls as ``[name, arguments]`` (arguments parsed when a JSON string,
-    so ``'{"a": 1}'`` and ``'{"a":1}'`` digest alike; ids ignored), ``tool_call_id`` and
+    as a template gets them: :func:`~agentwarm.chat.parse_arguments`, so ``'{"a": 1}'`` and
+    ``'{"a":1}'`` digest alike; ids ignored), ``tool_call_id`` and
     ``name``. Raises ValueError when ``message`` is not a mapping."""
     if not isinstance(message, Mapping):
         raise ValueError(f"a chat message must be a JSON object, got {type(message).__name__}")
@@ -78,8 +78,8 @@ def _call_doc(call: Any) -> Any:
         return call
     arguments = function.get("arguments")
     if isinstance(arguments, str):
-        with contextlib.suppress(ValueError, RecursionError):
-            arguments = json.loads(arguments)
+        with contextlib.suppress(ValueError):  # nested too deeply: digested as the string
+            arguments = parse_arguments(arguments)
     return [function.get("name"), arguments]
 
 

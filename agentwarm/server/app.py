@@ -28,10 +28,10 @@ Endpoints (SGLang 0.5.x names; the ``/get_*`` spellings are the pre-0.5.5 aliase
 Rules: every error is a JSON ``{"error": {"message", "type", "code"}}`` with a 4xx status for a
 bad request (malformed JSON, wrong types, missing prompt, body over ``max_request_bytes``: 413,
 JSON body without ``Content-Type: application/json``: 415, wrong method: 405, missing API key:
-401) and 5xx only for engine failures; a bad request never stops the server. With ``api_key``
-set, every path except ``/health*`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (as
-SGLang's ``--api-key``); without one, the Host/Origin checks of
-:mod:`agentwarm.server.security` apply (421/403). ``max_request_bytes=None`` derives the limit
+401, headers too long: 431) and 5xx only for engine failures; a bad request never stops the
+server. With ``api_key`` set, every path except ``/health*`` and ``/metrics`` needs
+``Authorization: Bearer <key>`` (as SGLang's ``--api-key``); without one, the Host/Origin checks
+of :mod:`agentwarm.server.security` apply (421/403). ``max_request_bytes=None`` derives the limit
 from the engine's ``max_context`` (:func:`~agentwarm.server.security.default_max_request_bytes`).
 
 Where each piece lives: this module assembles the app (routes, middleware, lifespan);
@@ -51,11 +51,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
 from agentwarm.engines.base import Engine
+from agentwarm.engines.sglang.protocol import ROUTING_KEY_HEADER
 from agentwarm.server.http import error_response, http_exception, unexpected
 from agentwarm.server.routes_admin import AdminRoutes
 from agentwarm.server.routes_chat import ChatRoutes
 from agentwarm.server.routes_generate import GenerateRoutes
-from agentwarm.server.security import APIKeyGuard, HostGuard
+from agentwarm.server.security import APIKeyGuard, HeaderLimit, HostGuard
 from agentwarm.server.state import ServerConfig, ServerState
 from agentwarm.warmup.options import WarmupSettings
 
@@ -98,4 +99,5 @@ def create_app(
         app.add_middleware(APIKeyGuard, api_key=config.api_key, error=error_response)
     else:
         app.add_middleware(HostGuard, bound_host=config.host, error=error_response)
+    app.add_middleware(HeaderLimit, headers=(ROUTING_KEY_HEADER,), error=error_response)
     return app

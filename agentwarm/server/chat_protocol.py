@@ -12,7 +12,10 @@ speculative priority and answered with usage only), ``temperature``, ``seed``, `
 :mod:`agentwarm.engines.namespace`; each at most 256 bytes, no NUL), and the usual fields a client
 sends with their default values (``n: 1``, ``top_p: 1``, no ``stop``, no ``logprobs``). A field the
 engine cannot honour with another value is refused with a 400 that names it, rather than ignored;
-unknown fields are ignored (as vLLM does).
+unknown fields are ignored (as vLLM does). Every string must be valid Unicode and the body (and
+the JSON in tool-call ``arguments``) nested at most :data:`~agentwarm._jsonfile.MAX_DEPTH` levels
+deep, else a 400 naming the path (:func:`~agentwarm.server.http.read_json`,
+:func:`~agentwarm.chat.check_tool_arguments`).
 :func:`parse_chat_request` is that check, one home for it: ``agentwarm serve``'s chat route and
 the gateway's warm path (:mod:`agentwarm.gateway.warm`) answer a body it refuses with the same 400.
 """
@@ -24,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from agentwarm.chat import Message
+from agentwarm.chat import Message, check_tool_arguments
 from agentwarm.engines.namespace import namespace_key
 from agentwarm.engines.sglang.protocol import NamespacePart, Text
 from agentwarm.server.http import HTTPError, validate
@@ -101,7 +104,9 @@ class ChatRequest(BaseModel):
 
     def chat_messages(self) -> list[Message]:
         """The messages as the chat template takes them: text parts joined into ``content``.
-        Raises ValueError naming the message that cannot be."""
+        Raises ValueError naming the message that cannot be (a tool call's ``arguments`` whose
+        JSON nests too deeply included: :func:`~agentwarm.chat.check_tool_arguments`)."""
+        check_tool_arguments(self.messages)
         out: list[Message] = []
         for i, raw in enumerate(self.messages):
             message = dict(raw)

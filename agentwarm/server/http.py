@@ -4,12 +4,21 @@ reads a JSON body.
 Every error is ``{"error": {"message", "type", "code"}}`` (:func:`error_reply`), with a 4xx status
 for a bad request and 5xx only for an engine failure (:func:`engine_error`); the rules are listed
 in :mod:`agentwarm.server.app`.
+
+A JSON body (:func:`read_json`) is refused with a 400 naming the path when it nests deeper than
+:data:`~agentwarm._jsonfile.MAX_DEPTH` levels or a string in it holds a lone surrogate (no UTF-8
+text can carry it): checked once here, before any code walks the body recursively.
+
+Logging: a refused request logs nothing here (its answer says what is wrong); a bug logs one
+record with a bounded traceback (:func:`log_bug`: its last frames, at most
+:data:`TRACEBACK_CHARS` characters), so that a request cannot flood the log.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import traceback
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -17,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agentwarm._jsonfile import MAX_DEPTH, Flaw, find_flaw, may_hold_surrogates
 from agentwarm.errors import EngineError, EngineTimeout, EngineUnavailable, InvalidRequest
 from agentwarm.server.security import is_json_content_type
 
@@ -28,6 +38,8 @@ __all__ = (
     "error_response",
     "http_exception",
     "internal_error",
+    "log_bug",
+    "one_line",
     "read_json",
     "unexpected",
     "validate",
@@ -36,6 +48,13 @@ __all__ = (
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+
+#: The frames of a bug's traceback that are logged (the innermost ones).
+TRACEBACK_FRAMES = 12
+#: The most characters of a bug's traceback that are logged.
+TRACEBACK_CHARS = 4000
+#: The most characters of an exception's message in a one-line log record.
+MESSAGE_CHARS = 300
 
 
 class HTTPError(Exception):
@@ -74,9 +93,28 @@ def engine_error(exc: EngineError) -> HTTPError:
 
 
 def internal_error(exc: Exception) -> HTTPError:
-    """The reply to a bug (logged with its traceback)."""
-    log.error("engine failed", exc_info=exc)
-    return HTTPError(500, f"internal error: {type(exc).__name__}: {exc}", "InternalServerError")
+    """The reply to a bug (logged with a bounded traceback, :func:`log_bug`)."""
+    log_bug(log, "engine failed", exc)
+    return HTTPError(
+        500, f"internal error: {type(exc).__name__}: {one_line(exc)}", "InternalServerError"
+    )
+
+
+def one_line(exc: BaseException, limit: int = MESSAGE_CHARS) -> str:
+    """``str(exc)`` on one line, cut to ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def log_bug(logger: logging.Logger, message: str, exc: BaseException) -> None:
+    """Log ``message`` and ``exc`` as one error record with its traceback bounded: the last
+    :data:`TRACEBACK_FRAMES` frames of each exception in the chain, at most
+    :data:`TRACEBACK_CHARS` characters (a ``RecursionError``'s thousand frames would otherwise
+    add over 100 KB per request)."""
+    text = "".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)).rstrip()
+    if len(text) > TRACEBACK_CHARS:
+        text = "(traceback cut)\n..." + text[-TRACEBACK_CHARS:]
+    logger.error("%s: %s: %s\n%s", message, type(exc).__name__, one_line(exc), text)
 
 
 async def http_exception(request: Request, exc: Exception) -> Response:
@@ -133,11 +171,27 @@ async def read_json(request: Request, limit: int) -> Any:
     if not raw.strip():
         raise HTTPError(400, "empty body: expected a JSON object")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except ValueError as exc:
         raise HTTPError(400, f"invalid JSON body: {exc}") from exc
-    except RecursionError as exc:
-        raise HTTPError(400, "invalid JSON body: nested too deeply") from exc
+    except RecursionError:
+        raise HTTPError(
+            400, f"invalid JSON body: {Flaw('depth', (), MAX_DEPTH).problem()}"
+        ) from None
+    flaw = _flaw(raw, body)
+    if flaw is not None:
+        raise HTTPError(400, flaw.describe())
+    return body
+
+
+def _flaw(raw: bytes, body: Any) -> Flaw | None:
+    """:func:`~agentwarm._jsonfile.find_flaw` of the body, when its text can hold one (most
+    bodies have neither enough brackets nor a surrogate escape: nothing is walked)."""
+    deep = raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+    surrogates = may_hold_surrogates(raw)
+    if not deep and not surrogates:
+        return None
+    return find_flaw(body, max_depth=MAX_DEPTH if deep else None, surrogates=surrogates)
 
 
 def _too_large(size: int, limit: int) -> HTTPError:

@@ -7,7 +7,9 @@ The server binds its socket before uvicorn starts (``port=0`` picks a free port)
 accepts connections, calls ``on_ready(url)``; the CLI prints
 ``agentwarm serve: listening on http://HOST:PORT`` then, which scripts and tests wait for.
 SIGINT/SIGTERM shut it down gracefully (in-flight requests get ``timeout_graceful_shutdown``
-seconds), and the engine is closed last.
+seconds), and the engine is closed last. Requests the HTTP parser refuses (a head over
+:data:`~agentwarm.server.wire.MAX_HEAD_BYTES`: 431) are answered by
+:class:`~agentwarm.server.wire.LimitedH11Protocol`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
 from agentwarm.server.security import check_exposure, is_loopback
+from agentwarm.server.wire import MAX_HEAD_BYTES, LimitedH11Protocol
 from agentwarm.warmup.options import WarmupSettings
 
 __all__ = ("bind_socket", "is_loopback", "run_server", "serve_app", "serve_engine", "socket_url")
@@ -129,6 +132,8 @@ async def serve_app(
             access_log=log_level in ("debug", "trace"),
             lifespan="on",
             timeout_graceful_shutdown=5,
+            http=LimitedH11Protocol,
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         )
     )
 

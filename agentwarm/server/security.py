@@ -19,6 +19,11 @@ say "this server" so that they hold for both):
   and gateways in front of the server rewrite ``Host`` freely.
 * **JSON bodies** (:func:`is_json_content_type`): ``Content-Type: application/json`` (parameters
   such as ``charset`` allowed), else **415**; no HTML form can send it cross-site.
+* **Identifier headers** (:class:`HeaderLimit`): a header that names a session, a node or a
+  routing key (``X-SMG-Routing-Key``; the gateway's ``X-Agentwarm-Session`` and
+  ``X-Agentwarm-Node`` too) longer than :data:`MAX_ID_HEADER_BYTES` → **431** naming the header
+  and the limit (a head over the HTTP parser's limit is refused before, also with 431:
+  :mod:`agentwarm.server.wire`).
 * **Body size** (:func:`default_max_request_bytes`): by default
   ``BYTES_PER_CONTEXT_TOKEN * max_context + BODY_SLACK_BYTES`` (192 KiB for an 8,192-token
   model), at most ``MAX_DEFAULT_REQUEST_BYTES``: a request for the whole context as JSON
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from starlette.responses import Response
@@ -39,9 +44,11 @@ __all__ = (
     "BODY_SLACK_BYTES",
     "BYTES_PER_CONTEXT_TOKEN",
     "MAX_DEFAULT_REQUEST_BYTES",
+    "MAX_ID_HEADER_BYTES",
     "PUBLIC_PATHS",
     "APIKeyGuard",
     "ErrorResponse",
+    "HeaderLimit",
     "HostGuard",
     "check_exposure",
     "default_max_request_bytes",
@@ -56,6 +63,8 @@ _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Path prefixes a server with an API key answers without it (probes and scrapers).
 PUBLIC_PATHS = ("/health", "/metrics")
+#: The longest value of a header that names a session, a node or a routing key, in bytes.
+MAX_ID_HEADER_BYTES = 4096
 
 
 def is_loopback(host: str) -> bool:
@@ -180,3 +189,35 @@ class APIKeyGuard:
             return
         message = "missing or wrong API key: send Authorization: Bearer <key>"
         await self.error(401, message, "AuthError")(scope, receive, send)
+
+
+class HeaderLimit:
+    """ASGI middleware: each of ``headers`` (names, any case) at most ``limit`` bytes, else
+    ``error(431, message, kind)`` naming the header, its size and the limit."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        headers: Sequence[str],
+        error: ErrorResponse,
+        limit: int = MAX_ID_HEADER_BYTES,
+    ) -> None:
+        self.app = app
+        self.error = error
+        self.limit = limit
+        self.names = {name.lower().encode("latin-1"): name for name in headers}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for key, value in scope["headers"]:
+                name = self.names.get(key.lower())
+                if name is not None and len(value) > self.limit:
+                    message = (
+                        f"header {name} is {len(value)} bytes; this server's limit is "
+                        f"{self.limit} bytes: send an id (or a hash of it), not a payload"
+                    )
+                    await self.error(431, message, "RequestHeaderFieldsTooLargeError")(
+                        scope, receive, send
+                    )
+                    return
+        await self.app(scope, receive, send)

@@ -1,9 +1,10 @@
-"""Malformed input over the wire to ``agentwarm serve`` (the embedded engine): every case is a
-4xx JSON error naming the field, on a connection that stays open, before any engine work; the
-next request is served."""
+"""Malformed input over the wire to ``agentwarm serve`` (the embedded engine; the chat cases on
+the fake engine too): every case is a 4xx JSON error naming the field, on a connection that
+stays open, before any engine work; the next request is served."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -17,6 +18,19 @@ GEN = b'"sampling_params": {"max_new_tokens": 4}'
 
 def generate(fields: bytes) -> bytes:
     return b'{"input_ids": [1, 2, 3], ' + fields + b"}"
+
+
+def chat(messages: bytes, extra: bytes = b'"max_tokens": 2') -> bytes:
+    return b'{"messages": [' + messages + b"], " + extra + b"}"
+
+
+USER = b'{"role": "user", "content": "hi"}'
+DEEP_ARGUMENTS = json.dumps("[" * 50_000 + "]" * 50_000).encode()
+CALL = (
+    b'{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", '
+    b'"function": {"name": "f", "arguments": ' + DEEP_ARGUMENTS + b"}}]}"
+)
+DEEP_800 = b"[" * 800 + b"]" * 800
 
 
 CASES: list[tuple[str, str, bytes, int, tuple[str, ...]]] = [
@@ -155,6 +169,74 @@ CASES: list[tuple[str, str, bytes, int, tuple[str, ...]]] = [
         ("token id 1000000000000000000000000000000 outside vocabulary",),
     ),
     ("text-content-type", "/generate", generate(GEN), 415, ("Content-Type",)),
+    (
+        "deep-field",
+        "/generate",
+        generate(GEN + b', "x": ' + b'{"a": ' * 800 + b"1" + b"}" * 800),
+        400,
+        ("x.a.a.a", "nested too deeply", "more than 64 levels"),
+    ),
+    (
+        "ignored-field-surrogate",
+        "/generate",
+        generate(GEN + b', "note": ["\\\\ud800 is text", "\\ud800"]'),
+        400,
+        ("note.1: ", "lone surrogate"),
+    ),
+]
+
+#: Chat requests, refused alike by every engine (the first item of issue 23's list).
+CHAT_CASES: list[tuple[str, bytes, int, tuple[str, ...]]] = [
+    # (id, body, status, fragments of the error message)
+    (
+        "tool-arguments-50000-deep",
+        chat(USER + b", " + CALL),
+        400,
+        ("messages[1].tool_calls[0].function.arguments", "nested too deeply", "64 levels"),
+    ),
+    (
+        "tool-arguments-50000-deep-warm",
+        chat(USER + b", " + CALL, b'"max_tokens": 0'),
+        400,
+        ("messages[1].tool_calls[0].function.arguments", "nested too deeply"),
+    ),
+    (
+        "content-lone-surrogate",
+        chat(b'{"role": "user", "content": "a\\ud800b"}'),
+        400,
+        ("messages.0.content: ", "lone surrogate '\\ud800' at index 1"),
+    ),
+    (
+        "content-part-lone-surrogate",
+        chat(b'{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}'),
+        400,
+        ("messages.0.content.0.text: ", "lone surrogate"),
+    ),
+    (
+        "tool-schema-surrogate",
+        chat(
+            USER,
+            b'"max_tokens": 2, "tools": [{"type": "function", "function": {"name": "\\ud800"}}]',
+        ),
+        400,
+        ("tools.0.function.name: ", "lone surrogate"),
+    ),
+    (
+        "content-800-deep",
+        chat(b'{"role": "system", "content": ' + DEEP_800 + b"}, " + USER),
+        400,
+        ("messages.0.content", "nested too deeply", "more than 64 levels"),
+    ),
+    (
+        "tools-800-deep",
+        chat(
+            USER,
+            b'"max_tokens": 2, "tools": [{"type": "function", "function": '
+            b'{"name": "f", "parameters": ' + b'{"a": ' * 800 + b"1" + b"}" * 800 + b"}}]",
+        ),
+        400,
+        ("tools.0.function.parameters.a", "nested too deeply"),
+    ),
 ]
 
 
@@ -170,6 +252,16 @@ def server() -> Iterator[ServeProcess]:
 def client(server: ServeProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30) as c:
         yield c
+
+
+@pytest.fixture(scope="module", params=["local", "fake"])
+def any_engine(request: pytest.FixtureRequest, server: ServeProcess) -> Iterator[ServeProcess]:
+    """The local engine's server, then a fake engine's."""
+    if request.param == "local":
+        yield server
+        return
+    with serve("--engine", "fake", "--model", "tiny", "--max-request-bytes", "4000000") as proc:
+        yield proc
 
 
 def requests_total(client: httpx.Client) -> float:
@@ -220,5 +312,58 @@ def test_malformed_input_is_a_4xx_naming_the_problem(
 def test_edge_values_that_are_valid_are_served(client: httpx.Client, fields: bytes) -> None:
     resp = client.post(
         "/generate", content=b"{" + fields + b"}", headers={"content-type": "application/json"}
+    )
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragments"), [c[1:] for c in CHAT_CASES], ids=[c[0] for c in CHAT_CASES]
+)
+def test_malformed_chat_is_a_4xx_on_every_engine(
+    any_engine: ServeProcess, body: bytes, status: int, fragments: tuple[str, ...]
+) -> None:
+    with httpx.Client(base_url=any_engine.url, timeout=30) as c:
+        before = requests_total(c)
+        resp = c.post(
+            "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
+        assert resp.status_code == status, resp.text
+        error = resp.json()["error"]
+        assert error["code"] == status
+        for fragment in fragments:
+            assert fragment in error["message"]
+        assert requests_total(c) == before
+        ok = c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "a"}], "max_tokens": 2},
+        )
+        assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        chat(b'{"role": "user", "content": "emoji \\ud83d\\ude00 pair"}'),
+        # Nested as deep as the limit allows: 64 levels of arguments, a 60-level tool schema.
+        chat(
+            USER + b', {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", '
+            b'"function": {"name": "f", "arguments": '
+            + json.dumps("[" * 64 + "]" * 64).encode()
+            + b"}}]}"
+        ),
+        chat(
+            USER,
+            b'"max_tokens": 2, "tools": [{"type": "function", "function": '
+            b'{"name": "f", "parameters": ' + b'{"a": ' * 60 + b"1" + b"}" * 60 + b"}}]",
+        ),
+    ],
+    ids=["emoji-pair", "arguments-64-deep", "schema-60-deep"],
+)
+def test_chat_edge_values_that_are_valid_are_served(any_engine: ServeProcess, body: bytes) -> None:
+    resp = httpx.post(
+        any_engine.url + "/v1/chat/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=30,
     )
     assert resp.status_code == 200, resp.text

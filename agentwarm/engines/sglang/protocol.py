@@ -46,6 +46,7 @@ from pydantic import (
     field_validator,
 )
 
+from agentwarm._jsonfile import find_flaw
 from agentwarm.engines.namespace import check_field, check_part, namespace_parts
 from agentwarm.errors import InvalidRequest
 
@@ -86,13 +87,9 @@ MIN_TEMPERATURE = 1e-6
 
 def _valid_unicode(value: str) -> str:
     """JSON may carry lone surrogates (``"\\ud800"``), which no UTF-8 encoder accepts."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"contains a lone surrogate {value[exc.start]!r} at index {exc.start}, which is not "
-            "valid Unicode: send UTF-8 text (a \\ud83d\\ude00 escape pair must come whole)"
-        ) from None
+    flaw = find_flaw(value, max_depth=None)
+    if flaw is not None:
+        raise ValueError(flaw.problem())
     return value
 
 
