@@ -17,8 +17,9 @@ import typer
 
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
-from agentwarm.gateway.app import GatewayConfig
+from agentwarm.gateway.app import SHUTDOWN_GRACE_S, GatewayConfig
 from agentwarm.gateway.learner import Learner
+from agentwarm.gateway.liveness import HEALTH_INTERVAL_S, UNRESPONSIVE_AFTER_S
 from agentwarm.gateway.prompts import Renderer, load_renderer
 from agentwarm.gateway.run import serve_gateway
 from agentwarm.gateway.types import Hooks, NoHooks
@@ -108,6 +109,25 @@ def gateway(
     upstream_timeout: float = typer.Option(
         600.0, "--upstream-timeout", min=0.1, help="Seconds a worker may stay silent mid-reply."
     ),
+    health_interval: float = typer.Option(
+        HEALTH_INTERVAL_S,
+        "--health-interval",
+        min=0.01,
+        help="Seconds between GET /health probes of a worker that requests wait on in silence.",
+    ),
+    unresponsive_after: float = typer.Option(
+        UNRESPONSIVE_AFTER_S,
+        "--unresponsive-after",
+        min=0.1,
+        help="A worker that answers nothing (no reply byte, no GET /health) for this many "
+        "seconds fails its requests (504; new ones 503) until it answers again.",
+    ),
+    shutdown_grace: float = typer.Option(
+        SHUTDOWN_GRACE_S,
+        "--shutdown-grace",
+        min=0.0,
+        help="At SIGTERM, seconds requests in flight may go on; the rest then end with a 503.",
+    ),
     state_dir: Annotated[
         Path | None,
         typer.Option("--state-dir", help="Directory of the learned state (kept across restarts)."),
@@ -142,7 +162,13 @@ def gateway(
         renderer,
     )
     try:
-        up = Upstream(urls, api_key=upstream_api_key or None, timeout=upstream_timeout)
+        up = Upstream(
+            urls,
+            api_key=upstream_api_key or None,
+            timeout=upstream_timeout,
+            health_interval=health_interval,
+            unresponsive_after=unresponsive_after,
+        )
     except ValueError as exc:
         raise ConfigError(f"--upstream: {exc}") from None
     config = GatewayConfig(
@@ -151,6 +177,7 @@ def gateway(
         port=port,
         max_request_bytes=max_request_bytes,
         model_name=model,
+        shutdown_grace_s=shutdown_grace,
     )
 
     def ready(url: str) -> None:

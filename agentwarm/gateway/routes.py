@@ -6,6 +6,12 @@ A request's life: read and check the body → :class:`~agentwarm.gateway.types.C
 answer to the client (a stream relayed event by event by :class:`Relay`, while
 :class:`~agentwarm.gateway.streams.ReplyAssembler` reads it) → ``hooks.on_response`` in the
 background. A client that goes away closes the upstream request, which aborts it there.
+
+A request never waits forever: while it waits on its worker it also ends (a 5xx JSON error, or
+an error event and ``[DONE]`` in a stream) when the worker stops answering (a 504 from
+:class:`~agentwarm.gateway.liveness.Liveness`; a new request to such a worker gets a 503 with
+``Retry-After`` at once) or when the shutdown grace of :class:`~agentwarm.server.drain.Drain`
+is over (a 503).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -28,10 +34,12 @@ from starlette.types import Receive, Scope, Send
 from agentwarm.engines.base import new_rid
 from agentwarm.engines.sglang.errors import transport_error
 from agentwarm.errors import EngineError, EngineTimeout, InvalidRequest
+from agentwarm.gateway.liveness import Watch
 from agentwarm.gateway.metrics import GatewayMetrics
 from agentwarm.gateway.streams import ReplyAssembler, SSEReader
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, ChatCall, Hooks, Reply
 from agentwarm.gateway.upstream import CHAT_PATH, Upstream
+from agentwarm.server.drain import Drain
 from agentwarm.server.http import HTTPError, error_reply, read_json
 from agentwarm.server.sse import disconnected, sse
 
@@ -102,13 +110,18 @@ def upstream_error(worker: str, exc: EngineError) -> HTTPError:
     return HTTPError(502, f"upstream {worker} failed: {exc}", "BadGatewayError")
 
 
-async def until_gone(receive: Receive, work: Awaitable[T]) -> T:
-    """``await work``, unless the client disconnects first: then ``work`` is cancelled (which
-    closes its upstream connection) and :class:`ClientGone` raised."""
+async def until_gone(
+    receive: Receive, work: Awaitable[T], stops: Iterable[asyncio.Future[HTTPError]] = ()
+) -> T:
+    """``await work``, unless the client disconnects first or one of ``stops`` resolves
+    first: then ``work`` is cancelled (which closes its upstream connection) and
+    :class:`ClientGone` raised, or the stop's :class:`HTTPError`."""
+    stops = tuple(stops)
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(disconnected(receive))
     try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {task, gone, *stops}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
         task.cancel()
         raise
@@ -117,6 +130,9 @@ async def until_gone(receive: Receive, work: Awaitable[T]) -> T:
     if not task.done():
         task.cancel()
         await asyncio.wait({task})
+        stopped = next((stop.result() for stop in stops if stop.done()), None)
+        if stopped is not None:
+            raise stopped
         raise ClientGone
     return task.result()
 
@@ -131,12 +147,15 @@ class ChatProxy:
         metrics: GatewayMetrics,
         background: Background,
         max_request_bytes: int,
+        drain: Drain | None = None,
     ) -> None:
         self.upstream = upstream
         self.hooks = hooks
         self.metrics = metrics
         self.background = background
         self.max_request_bytes = max_request_bytes
+        #: Ends the requests still running when the shutdown grace is over.
+        self.drain = drain or Drain(0.0)
 
     def routes(self) -> list[Route]:
         return [Route(CHAT_PATH, self.complete, methods=["POST"])]
@@ -170,22 +189,53 @@ class ChatProxy:
         worker = self._worker(call)
         reply = ReplyAssembler(received, on_tool=lambda name: self._on_tool(call, name))
         self.metrics.forwarded(time.perf_counter() - received)
+        refusal = self.upstream.liveness.refusal(worker)
+        if refusal is not None:
+            refused = self._failed(call, reply, refusal)
+            refused.headers["Retry-After"] = self.upstream.liveness.retry_after
+            return refused
+        watch = self.upstream.liveness.watch(worker)
+        response: Response | None = None
+        try:
+            response = await self._forward(request, call, worker, reply, watch)
+            return response
+        finally:
+            if not isinstance(response, Relay):
+                watch.close()  # a relay closes it when its stream ends
+
+    async def _forward(
+        self,
+        request: Request,
+        call: ChatCall,
+        worker: str,
+        reply: ReplyAssembler,
+        watch: Watch,
+    ) -> Response:
+        """Send ``call`` to ``worker``; its answer, or the error that ended the wait."""
+        stops = (watch.stopped, self.drain.expired)
         try:
             upstream = await until_gone(
                 request.receive,
-                self.upstream.chat(worker, body, session=call.session or call.session_hint),
+                self.upstream.chat(worker, call.body, session=call.session or call.session_hint),
+                stops,
             )
         except ClientGone:
             return self._gone(call, reply)
+        except HTTPError as exc:
+            return self._failed(call, reply, exc, quiet=True)
         except EngineError as exc:
             return self._failed(call, reply, upstream_error(worker, exc))
+        watch.seen()
         content_type = upstream.headers.get("content-type", "")
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
-            return Relay(upstream, worker, reply, done=lambda: self._finish(call, reply))
+            done = lambda: self._finish(call, reply)  # noqa: E731
+            return Relay(upstream, worker, reply, done=done, watch=watch, stops=stops)
         try:
-            raw = await until_gone(request.receive, upstream.aread())
+            raw = await until_gone(request.receive, upstream.aread(), stops)
         except ClientGone:
             return self._gone(call, reply)
+        except HTTPError as exc:
+            return self._failed(call, reply, exc, quiet=True)
         except httpx.HTTPError as exc:
             return self._failed(call, reply, upstream_error(worker, _error(worker, exc)))
         finally:
@@ -238,8 +288,12 @@ class ChatProxy:
         self.metrics.answered(reply.status, reply.ttft_s)
         self.background.spawn(self._on_response(call, reply))
 
-    def _failed(self, call: ChatCall, assembler: ReplyAssembler, exc: HTTPError) -> Response:
-        log.warning("request %s: %s", call.rid, exc.message)
+    def _failed(
+        self, call: ChatCall, assembler: ReplyAssembler, exc: HTTPError, *, quiet: bool = False
+    ) -> Response:
+        """Answer ``exc``, logged unless ``quiet`` (a failure already logged once for all)."""
+        if not quiet:
+            log.warning("request %s: %s", call.rid, exc.message)
         assembler.status = exc.status
         self._finish(call, assembler)
         return error_reply(exc)
@@ -252,9 +306,11 @@ class ChatProxy:
 
 class Relay(Response):
     """The upstream's event stream, relayed to the client chunk by chunk as it arrives and
-    read by ``assembler`` on the way. A failure of the upstream mid-stream ends the stream with
-    an ``{"error": ...}`` event and ``[DONE]``; a client that goes away closes the upstream
-    request. ``done`` runs once, when the stream ended however it ended."""
+    read by ``assembler`` on the way (each chunk is news of the worker for ``watch``). A failure
+    of the upstream mid-stream, or one of ``stops`` resolving first, ends the stream with an
+    ``{"error": ...}`` event and ``[DONE]``; a client that goes away closes the upstream
+    request. ``done`` runs once (and ``watch`` is closed), when the stream ended however it
+    ended."""
 
     media_type = "text/event-stream"
 
@@ -265,20 +321,30 @@ class Relay(Response):
         assembler: ReplyAssembler,
         *,
         done: Callable[[], None],
+        watch: Watch | None = None,
+        stops: Sequence[asyncio.Future[HTTPError]] = (),
     ) -> None:
         self.upstream = upstream
         self.worker = worker
         self.assembler = assembler
         self.done = done
+        self.watch = watch
+        self.stops = tuple(stops)
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-cache"})
+        self._reader = SSEReader()
+        self._started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pump = asyncio.ensure_future(self._pump(send))
         gone = asyncio.ensure_future(disconnected(receive))
+        stopped: HTTPError | None = None
         try:
-            await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {pump, gone, *self.stops}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not pump.done() and not gone.done():
+                stopped = next((stop.result() for stop in self.stops if stop.done()), None)
         finally:
             gone.cancel()
             if not pump.done():
@@ -287,31 +353,44 @@ class Relay(Response):
             with anyio.CancelScope(shield=True):
                 await asyncio.wait({pump})
                 await self.upstream.aclose()
+                if stopped is not None:
+                    await self._end(send, stopped)
             if not pump.cancelled() and pump.exception() is not None:
                 log.error("relaying a stream failed", exc_info=pump.exception())
+            if self.watch is not None:
+                self.watch.close()
             self.done()
 
     async def _pump(self, send: Send) -> None:
-        reader = SSEReader()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            self._started = True
             try:
                 async for chunk in self.upstream.aiter_bytes():
+                    if self.watch is not None:
+                        self.watch.seen()
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    for data in reader.feed(chunk):
+                    for data in self._reader.feed(chunk):
                         self.assembler.add_event(data)
             except httpx.HTTPError as exc:
                 error = upstream_error(self.worker, _error(self.worker, exc))
                 log.warning("stream cut: %s", error.message)
-                self.assembler.status = error.status
-                tail = (b"\n\n" if reader.mid_event else b"") + sse(error.body())
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": tail + b"data: [DONE]\n\n",
-                        "more_body": True,
-                    }
-                )
+                await self._end(send, error)
+                return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client went away while we wrote to it
+            self.assembler.status = CLIENT_GONE
+
+    async def _end(self, send: Send, error: HTTPError) -> None:
+        """End the stream with ``error`` as an event, then ``[DONE]``."""
+        self.assembler.status = error.status
+        tail = (b"\n\n" if self._reader.mid_event else b"") + sse(error.body()) + _DONE
+        try:
+            if not self._started:
+                start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                await send(start)
+                self._started = True
+            await send({"type": "http.response.body", "body": tail, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the client went away while we wrote to it
             self.assembler.status = CLIENT_GONE
