@@ -18,10 +18,12 @@ import typer
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
 from agentwarm.gateway.app import SHUTDOWN_GRACE_S, GatewayConfig
+from agentwarm.gateway.autosave import SAVE_INTERVAL_S
 from agentwarm.gateway.learner import Learner
 from agentwarm.gateway.liveness import HEALTH_INTERVAL_S, UNRESPONSIVE_AFTER_S
 from agentwarm.gateway.prompts import Renderer, load_renderer
 from agentwarm.gateway.run import serve_gateway
+from agentwarm.gateway.state import check_writable
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.predictors import default_state_dir
@@ -35,19 +37,36 @@ from agentwarm.warmup.options import (
     load_warmup,
 )
 
-__all__ = ("build_hooks", "gateway", "gateway_warmup", "parse_upstreams")
+__all__ = ("build_hooks", "gateway", "gateway_state_dir", "gateway_warmup", "parse_upstreams")
 
 
-def build_hooks(renderer: Renderer | None, state_dir: Path | None, upstream: Upstream) -> Hooks:
+def build_hooks(
+    renderer: Renderer | None,
+    state_dir: Path | None,
+    upstream: Upstream,
+    *,
+    save_interval_s: float | None = SAVE_INTERVAL_S,
+) -> Hooks:
     """The hooks of ``agentwarm gateway``: a :class:`~agentwarm.gateway.learner.Learner` that
     learns the agent graph from the traffic and prefills through ``upstream``, rendering with
     ``renderer`` (the served model's tokenizer and chat template, from ``--model``), its learned
-    state kept in ``state_dir`` (default: ``gateway/`` under
-    :func:`~agentwarm.predictors.default_state_dir`). Without a renderer there is nothing to
-    render prompts with: a plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
+    state kept in ``state_dir`` (default: :func:`gateway_state_dir`) and saved every
+    ``save_interval_s`` seconds. Without a renderer there is nothing to render prompts with: a
+    plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
     if renderer is None:
         return NoHooks()
-    return Learner(upstream, renderer, state_dir=state_dir or default_state_dir() / "gateway")
+    return Learner(
+        upstream,
+        renderer,
+        state_dir=state_dir or gateway_state_dir(),
+        save_interval_s=save_interval_s,
+    )
+
+
+def gateway_state_dir() -> Path:
+    """The default state dir of the gateway: ``gateway/`` under
+    :func:`~agentwarm.predictors.default_state_dir`."""
+    return default_state_dir() / "gateway"
 
 
 def gateway_warmup(
@@ -132,6 +151,12 @@ def gateway(
         Path | None,
         typer.Option("--state-dir", help="Directory of the learned state (kept across restarts)."),
     ] = None,
+    save_interval: float = typer.Option(
+        SAVE_INTERVAL_S,
+        "--save-interval",
+        min=0.01,
+        help="Seconds between saves of the learned state (a crash loses at most this much).",
+    ),
     trace: Annotated[Path | None, typer.Option("--trace", help="Write spans as JSONL.")] = None,
     otlp: str | None = typer.Option(None, "--otlp", help="OTLP/HTTP endpoint."),
     insecure_no_api_key: bool = typer.Option(
@@ -155,6 +180,8 @@ def gateway(
     """
     urls = parse_upstreams(upstream)
     renderer = load_renderer(model) if model else None  # a bad --model fails before binding
+    if renderer is not None:  # so does a state dir the learning could not be saved in
+        check_writable(state_dir or gateway_state_dir())
     settings = gateway_warmup(  # so does a bad plan
         load_warmup(
             warmup, ready_file=ready_file, keep_warm_s=keep_warm, rewarm_below=rewarm_below
@@ -194,7 +221,7 @@ def gateway(
         asyncio.run(
             serve_gateway(
                 up,
-                lambda u: build_hooks(renderer, state_dir, u),
+                lambda u: build_hooks(renderer, state_dir, u, save_interval_s=save_interval),
                 config=config,
                 log_level=log_level,
                 on_ready=ready,

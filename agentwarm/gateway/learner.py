@@ -26,6 +26,8 @@ their head + the conversation their shape predicts, rendered as the upstream ren
 (:class:`~agentwarm.gateway.prompts.Renderer`). A failed prefetch is logged and counted, never
 raised. Figures use the runtime's definitions (:func:`~agentwarm.stats.definitions.
 summarize_steps`) over the last :data:`WINDOW` steps.
+The learned state is saved every ``save_interval_s`` s (:class:`~agentwarm.gateway.autosave.
+Autosave`) and at :meth:`Learner.aclose`: a crash loses at most that much learning.
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ from typing import Any
 
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
 from agentwarm.engines.base import PrefillStatus, new_rid
+from agentwarm.gateway.autosave import SAVE_INTERVAL_S, Autosave
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step
 from agentwarm.gateway.sessions import SessionTracker, chain, extend
-from agentwarm.gateway.state import GatewayState, load_state, save_state
+from agentwarm.gateway.state import GatewayState, encode_state, load_state
 from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.gateway.tracing import GatewayTracer
 from agentwarm.gateway.types import ChatCall, Reply
@@ -93,6 +96,7 @@ class Learner:
         session_idle_s: float = SESSION_IDLE_S,
         tracer: GatewayTracer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        save_interval_s: float | None = SAVE_INTERVAL_S,
     ) -> None:
         self.upstream = upstream
         self.renderer = renderer
@@ -115,6 +119,9 @@ class Learner:
         self._tasks: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.sessions_seen = 0
+        self._autosave = Autosave(state_dir, self._encoded, save_interval_s) if state_dir else None
+        if self._autosave is not None:
+            self._autosave.start()  # built outside a running loop: saved at aclose only
 
     # --- Hooks ------------------------------------------------------------------------------
 
@@ -245,6 +252,8 @@ class Learner:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
+        if self._autosave is not None:
+            await self._autosave.aclose()  # a periodic write finishes before the last one
         for session in self._sessions.values():
             self._settle(session)  # not ended: the gateway stops, the agents may go on
         tasks = list(self._tasks)
@@ -256,14 +265,14 @@ class Learner:
         self.save()
 
     def save(self) -> None:
-        """Write the learned state to the state dir (logged, never raised)."""
-        if self.state_dir is None:
-            return
+        """Write the learned state to the state dir now, if it changed since the last write
+        (logged, never raised)."""
+        if self._autosave is not None:
+            self._autosave.save()
+
+    def _encoded(self) -> bytes:
         state = GatewayState(self.heads, self.predictor, self.shapes, self.tool_hints)
-        try:
-            save_state(self.state_dir, state)
-        except OSError as exc:
-            log.warning("cannot save the gateway's learned state in %s: %s", self.state_dir, exc)
+        return encode_state(state)
 
     # --- prefetching ------------------------------------------------------------------------
 

@@ -3,9 +3,10 @@ around it (the rules are in :mod:`agentwarm.gateway.app`).
 
 A request's life: read and check the body → :class:`~agentwarm.gateway.types.ChatCall` →
 ``hooks.on_request`` → pick the worker → forward (the overhead is measured here) → the upstream's
-answer to the client (a stream relayed event by event by :class:`Relay`, while
-:class:`~agentwarm.gateway.streams.ReplyAssembler` reads it) → ``hooks.on_response`` in the
-background. A client that goes away closes the upstream request, which aborts it there.
+answer to the client (a stream relayed event by event by :class:`~agentwarm.gateway.relay.
+Relay`, while :class:`~agentwarm.gateway.streams.ReplyAssembler` reads it) →
+``hooks.on_response`` in the background. A client that goes away closes the upstream request,
+which aborts it there.
 
 A request never waits forever: while it waits on its worker it also ends (a 5xx JSON error, or
 an error event and ``[DONE]`` in a stream) when the worker stops answering (a 504 from
@@ -21,41 +22,29 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from typing import Any
 
-import anyio
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from agentwarm.engines.base import new_rid
-from agentwarm.engines.sglang.errors import transport_error
-from agentwarm.errors import EngineError, EngineTimeout, InvalidRequest
+from agentwarm.errors import EngineError
 from agentwarm.gateway.liveness import Watch
 from agentwarm.gateway.metrics import GatewayMetrics
-from agentwarm.gateway.streams import ReplyAssembler, SSEReader
+from agentwarm.gateway.relay import CLIENT_GONE, ClientGone, Relay, until_gone, upstream_error
+from agentwarm.gateway.relay import chat_error as _error
+from agentwarm.gateway.streams import ReplyAssembler
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, ChatCall, Hooks, Reply
 from agentwarm.gateway.upstream import CHAT_PATH, Upstream
 from agentwarm.server.drain import Drain
 from agentwarm.server.http import HTTPError, error_reply, read_json
-from agentwarm.server.sse import disconnected, sse
 
 __all__ = ("CLIENT_GONE", "Background", "ChatProxy", "session_hint", "upstream_error")
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: The status a reply is counted with when its client went away first (nginx's convention).
-CLIENT_GONE = 499
-_DONE = b"data: [DONE]\n\n"
-
-
-class ClientGone(Exception):
-    """The client disconnected before its reply was ready."""
 
 
 class Background:
@@ -97,44 +86,6 @@ def session_hint(request: Request, body: dict[str, Any]) -> str | None:
     metadata = body.get("metadata")
     session = metadata.get("session_id") if isinstance(metadata, dict) else None
     return session if isinstance(session, str) and session else None
-
-
-def upstream_error(worker: str, exc: EngineError) -> HTTPError:
-    """The reply to a failure to reach ``worker``: 504 when it did not answer in time, 400 for
-    a body that cannot be sent, else 502; the message names the worker (without credentials)
-    and the failure."""
-    if isinstance(exc, InvalidRequest):
-        return HTTPError(400, str(exc))
-    if isinstance(exc, EngineTimeout):
-        return HTTPError(504, f"upstream {worker} did not answer in time: {exc}", "GatewayTimeout")
-    return HTTPError(502, f"upstream {worker} failed: {exc}", "BadGatewayError")
-
-
-async def until_gone(
-    receive: Receive, work: Awaitable[T], stops: Iterable[asyncio.Future[HTTPError]] = ()
-) -> T:
-    """``await work``, unless the client disconnects first or one of ``stops`` resolves
-    first: then ``work`` is cancelled (which closes its upstream connection) and
-    :class:`ClientGone` raised, or the stop's :class:`HTTPError`."""
-    stops = tuple(stops)
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(disconnected(receive))
-    try:
-        waiting: set[asyncio.Future[Any]] = {task, gone, *stops}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        gone.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.wait({task})
-        stopped = next((stop.result() for stop in stops if stop.done()), None)
-        if stopped is not None:
-            raise stopped
-        raise ClientGone
-    return task.result()
 
 
 class ChatProxy:
@@ -302,102 +253,6 @@ class ChatProxy:
         assembler.status = CLIENT_GONE
         self._finish(call, assembler)
         return Response(status_code=CLIENT_GONE)
-
-
-class Relay(Response):
-    """The upstream's event stream, relayed to the client chunk by chunk as it arrives and
-    read by ``assembler`` on the way (each chunk is news of the worker for ``watch``). A failure
-    of the upstream mid-stream, or one of ``stops`` resolving first, ends the stream with an
-    ``{"error": ...}`` event and ``[DONE]``; a client that goes away closes the upstream
-    request. ``done`` runs once (and ``watch`` is closed), when the stream ended however it
-    ended."""
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        upstream: httpx.Response,
-        worker: str,
-        assembler: ReplyAssembler,
-        *,
-        done: Callable[[], None],
-        watch: Watch | None = None,
-        stops: Sequence[asyncio.Future[HTTPError]] = (),
-    ) -> None:
-        self.upstream = upstream
-        self.worker = worker
-        self.assembler = assembler
-        self.done = done
-        self.watch = watch
-        self.stops = tuple(stops)
-        self.status_code = 200
-        self.background = None
-        self.init_headers({"Cache-Control": "no-cache"})
-        self._reader = SSEReader()
-        self._started = False
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pump = asyncio.ensure_future(self._pump(send))
-        gone = asyncio.ensure_future(disconnected(receive))
-        stopped: HTTPError | None = None
-        try:
-            waiting: set[asyncio.Future[Any]] = {pump, gone, *self.stops}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if not pump.done() and not gone.done():
-                stopped = next((stop.result() for stop in self.stops if stop.done()), None)
-        finally:
-            gone.cancel()
-            if not pump.done():
-                pump.cancel()
-                self.assembler.status = CLIENT_GONE
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait({pump})
-                await self.upstream.aclose()
-                if stopped is not None:
-                    await self._end(send, stopped)
-            if not pump.cancelled() and pump.exception() is not None:
-                log.error("relaying a stream failed", exc_info=pump.exception())
-            if self.watch is not None:
-                self.watch.close()
-            self.done()
-
-    async def _pump(self, send: Send) -> None:
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            self._started = True
-            try:
-                async for chunk in self.upstream.aiter_bytes():
-                    if self.watch is not None:
-                        self.watch.seen()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    for data in self._reader.feed(chunk):
-                        self.assembler.add_event(data)
-            except httpx.HTTPError as exc:
-                error = upstream_error(self.worker, _error(self.worker, exc))
-                log.warning("stream cut: %s", error.message)
-                await self._end(send, error)
-                return
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:  # the client went away while we wrote to it
-            self.assembler.status = CLIENT_GONE
-
-    async def _end(self, send: Send, error: HTTPError) -> None:
-        """End the stream with ``error`` as an event, then ``[DONE]``."""
-        self.assembler.status = error.status
-        tail = (b"\n\n" if self._reader.mid_event else b"") + sse(error.body()) + _DONE
-        try:
-            if not self._started:
-                start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-                await send(start)
-                self._started = True
-            await send({"type": "http.response.body", "body": tail, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:  # the client went away while we wrote to it
-            self.assembler.status = CLIENT_GONE
-
-
-def _error(worker: str, exc: httpx.HTTPError) -> EngineError:
-    return transport_error(exc, worker + CHAT_PATH)
 
 
 def _shape(body: Any) -> str:
