@@ -15,7 +15,8 @@ Rules (:class:`Liveness`):
   :meth:`Liveness.refusal` answers its new requests with a 503 (``Retry-After``) and
   :attr:`Liveness.down` lists it (routing skips it when another worker is up).
 * Silence alone never fails a request: a long prefill or a slow non-streamed reply goes on as
-  long as the worker answers its probes (``--upstream-timeout`` bounds a single read).
+  long as the worker answers its probes (``--upstream-timeout`` bounds a single read); nor does
+  the gateway's own loop being busy (a probe tick that comes late does not count the delay).
 """
 
 from __future__ import annotations
@@ -145,7 +146,11 @@ class Liveness:
     async def _monitor(self, worker: str, state: _Worker) -> None:
         try:
             while state.inflight > 0 or state.reason is not None:
+                before = self.clock()
                 await asyncio.sleep(self.interval_s)
+                late = self.clock() - before - self.interval_s
+                if late > self.interval_s:  # this loop was busy: that is not the worker's silence
+                    state.last += late
                 silent = self.clock() - state.last
                 if state.probe is None and (silent >= self.interval_s or state.reason):
                     state.probe = asyncio.ensure_future(self._ask(worker, state))

@@ -4,20 +4,28 @@ gateway`` in front of ``agentwarm serve --engine fake``, which the test freezes 
 With small thresholds on the command line (``--health-interval``, ``--unresponsive-after``), the
 streams in flight end with an error event naming the worker and ``[DONE]``, a new request gets a
 503 at once, and the worker serves again once it answers (SIGCONT); a worker that answers
-``GET /health`` but takes longer than the thresholds to send its reply is never cut.
+``GET /health`` but takes longer than the thresholds to send its reply is never cut. With several
+workers, only the sessions of the unresponsive one move, and they come back once it answers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from agentwarm.gateway.liveness import Liveness
+from agentwarm.gateway.upstream import Upstream
 from tests.conftest_server import GatewayProcess, serve
-from tests.waiting import wait_until
+from tests.waiting import until, wait_until
+
+WAIT_S = 20.0
 
 #: Small thresholds: a worker that answers nothing for 1.5 s is unresponsive (probed every 0.2 s).
 THRESHOLDS = ("--health-interval", "0.2", "--unresponsive-after", "1.5")
@@ -114,3 +122,54 @@ def test_a_slow_worker_that_answers_its_health_probes_is_not_cut() -> None:
             gw.stop()
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["completion_tokens"] == 300
+
+
+async def test_sessions_of_an_unresponsive_worker_move_and_come_back_the_others_stay() -> None:
+    urls = [f"http://127.0.0.1:{port}" for port in (1, 2, 3)]
+    upstream = Upstream(urls)
+    answering = asyncio.Event()
+
+    async def probe(worker: str, timeout_s: float) -> bool:
+        if worker != urls[0]:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await answering.wait()
+        return answering.is_set()
+
+    upstream.liveness = Liveness(probe, interval_s=0.01, after_s=0.1)
+    sessions = [f"session-{i}" for i in range(60)]
+    before = {s: upstream.worker_for(s, "rid") for s in sessions}
+    try:
+        watch = upstream.liveness.watch(urls[0])
+        await asyncio.wait_for(watch.stopped, timeout=WAIT_S)
+        assert upstream.liveness.down == {urls[0]}
+        during = {s: upstream.worker_for(s, "rid") for s in sessions}
+        moved = {s for s in sessions if during[s] != before[s]}
+        assert moved == {s for s in sessions if before[s] == urls[0]} != set()
+        assert all(during[s] != urls[0] for s in sessions)
+        refusal = upstream.liveness.refusal(urls[0])
+        assert refusal is not None and refusal.status == 503
+        watch.close()
+        answering.set()
+        await until(lambda: not upstream.liveness.down, what="the worker answering again")
+        assert {s: upstream.worker_for(s, "rid") for s in sessions} == before
+        assert upstream.liveness.refusal(urls[0]) is None
+    finally:
+        await upstream.aclose()
+
+
+async def test_a_busy_gateway_loop_is_not_the_silence_of_its_worker() -> None:
+    async def answers(worker: str, timeout_s: float) -> bool:
+        return True
+
+    liveness = Liveness(answers, interval_s=0.05, after_s=0.2)
+    watch = liveness.watch("http://127.0.0.1:1")
+    try:
+        await asyncio.sleep(0.1)  # a few probes answered
+        time.sleep(0.5)  # the loop itself is stuck for longer than after_s
+        await asyncio.sleep(0.2)
+        assert not watch.stopped.done() and not liveness.down
+    finally:
+        watch.close()
+        await liveness.aclose()
