@@ -11,9 +11,13 @@ Endpoints:
   body's ``user``, else ``metadata.session_id`` (else the hooks infer one); the node is the
   ``X-Agentwarm-Node`` header. A worker that cannot be reached → **502** naming it, one that
   does not answer in time → **504**, its own 503 → 503; a stream cut mid-way ends with a
-  ``data: {"error": ...}`` event and ``data: [DONE]``. A client that goes away aborts the
-  request upstream. A warm request (``max_tokens: 0``) is checked as ``agentwarm serve`` checks
-  one (its 400s) and prefilled by the hooks (:mod:`~agentwarm.gateway.warm`).
+  ``data: {"error": ...}`` event and ``data: [DONE]``. A worker that stops answering (no byte,
+  no answer to ``GET /health`` for ``--unresponsive-after`` s: :mod:`~agentwarm.gateway.
+  liveness`) fails its requests in flight with **504** (a stream: the error event and
+  ``[DONE]``) and its new ones with **503** and ``Retry-After`` (or they go to another worker)
+  until it answers again. A client that goes away aborts the request upstream. A warm request
+  (``max_tokens: 0``) is checked as ``agentwarm serve`` checks one (its 400s) and prefilled by
+  the hooks (:mod:`~agentwarm.gateway.warm`).
 * ``GET /v1/models`` — the first worker's answer that has one; when the reachable workers have
   no ``/v1/models``, a list of ``model_name`` (404 without one); **502** when none is reachable.
 * ``GET /health`` — 200 ``{"status": "ok", "upstreams": {url: reachable}}`` while the gateway
@@ -28,6 +32,9 @@ Endpoints:
 
 Rules: the hooks never delay or fail a live request (their errors are logged; ``on_response``
 runs as a background task, awaited for up to ``shutdown_grace_s`` at shutdown, then cancelled).
+Shutdown drains (:class:`~agentwarm.server.drain.Drain`): new connections are refused,
+``/health/ready`` answers 503, requests in flight get ``shutdown_grace_s`` to finish, then the
+rest end with a 503 (a JSON error, or an SSE error event and ``[DONE]``).
 Security is ``agentwarm serve``'s (:mod:`agentwarm.server.security`): with ``api_key`` every
 path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (401), without one
 the Host/Origin checks apply (421/403); bodies over ``max_request_bytes`` get 413, non-JSON ones
@@ -56,6 +63,7 @@ from agentwarm.gateway.metrics import GatewayMetrics
 from agentwarm.gateway.routes import Background, ChatProxy
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, Hooks
 from agentwarm.gateway.upstream import Upstream
+from agentwarm.server.drain import Drain
 from agentwarm.server.http import HTTPError, error_reply, error_response, http_exception, unexpected
 from agentwarm.server.security import (
     MAX_DEFAULT_REQUEST_BYTES,
@@ -66,27 +74,31 @@ from agentwarm.server.security import (
 from agentwarm.warmup.keepwarm import KeepWarm
 from agentwarm.warmup.options import WarmupSettings, ready_answer
 
-__all__ = ("GatewayConfig", "create_gateway_app")
+__all__ = ("SHUTDOWN_GRACE_S", "GatewayConfig", "create_gateway_app")
 
 log = logging.getLogger(__name__)
 
 #: The headers that name a session, a node or a routing key: each at most
 #: :data:`~agentwarm.server.security.MAX_ID_HEADER_BYTES` bytes, else 431.
 ID_HEADERS = (SESSION_HEADER, NODE_HEADER, ROUTING_KEY_HEADER)
+#: How long requests in flight may go on at shutdown, by default (below the 30 s that
+#: orchestrators usually wait before SIGKILL, so the errors and the state save get out).
+SHUTDOWN_GRACE_S = 25.0
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     """Settings of one gateway. ``host`` is the bound host the Host check accepts besides the
     loopback names (``port`` is only reported); ``model_name`` answers ``/v1/models`` when the
-    workers have none; ``shutdown_grace_s`` bounds the wait for ``hooks.on_response`` tasks."""
+    workers have none; ``shutdown_grace_s`` is how long requests in flight may go on at
+    shutdown (then the ``hooks.on_response`` tasks get as long)."""
 
     api_key: str | None = None
     host: str = "127.0.0.1"
     port: int = 0
     max_request_bytes: int = MAX_DEFAULT_REQUEST_BYTES
     model_name: str | None = None
-    shutdown_grace_s: float = 5.0
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S
 
 
 def create_gateway_app(
@@ -141,8 +153,10 @@ class Gateway:
         self.config = config
         self.background = Background()
         self.metrics = GatewayMetrics(self.hook_stats)
+        #: Begun by the server as it stops accepting (:func:`~agentwarm.server.run.serve_app`).
+        self.drain = Drain(config.shutdown_grace_s)
         self.chat = ChatProxy(
-            upstream, hooks, self.metrics, self.background, config.max_request_bytes
+            upstream, hooks, self.metrics, self.background, config.max_request_bytes, self.drain
         )
         #: Warms every worker through its prefill client (``--warmup``).
         self.keep_warm: KeepWarm | None = None
@@ -186,7 +200,7 @@ class Gateway:
         return JSONResponse({"status": "ok", "upstreams": await self.upstream.health()})
 
     async def ready(self, request: Request) -> Response:
-        status, body = ready_answer(self.keep_warm, closing=self.closed)
+        status, body = ready_answer(self.keep_warm, closing=self.closed or self.drain.started)
         return JSONResponse(body, status_code=status)
 
     async def prometheus(self, request: Request) -> Response:

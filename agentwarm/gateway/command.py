@@ -17,10 +17,13 @@ import typer
 
 from agentwarm import telemetry as tm
 from agentwarm.errors import ConfigError
-from agentwarm.gateway.app import GatewayConfig
+from agentwarm.gateway.app import SHUTDOWN_GRACE_S, GatewayConfig
+from agentwarm.gateway.autosave import SAVE_INTERVAL_S
 from agentwarm.gateway.learner import Learner
+from agentwarm.gateway.liveness import HEALTH_INTERVAL_S, UNRESPONSIVE_AFTER_S
 from agentwarm.gateway.prompts import Renderer, load_renderer
 from agentwarm.gateway.run import serve_gateway
+from agentwarm.gateway.state import check_writable
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.predictors import default_state_dir
@@ -34,7 +37,7 @@ from agentwarm.warmup.options import (
     load_warmup,
 )
 
-__all__ = ("build_hooks", "gateway", "gateway_warmup", "parse_upstreams")
+__all__ = ("build_hooks", "gateway", "gateway_state_dir", "gateway_warmup", "parse_upstreams")
 
 
 def build_hooks(
@@ -43,22 +46,30 @@ def build_hooks(
     upstream: Upstream,
     *,
     share_learning: bool = True,
+    save_interval_s: float | None = SAVE_INTERVAL_S,
 ) -> Hooks:
     """The hooks of ``agentwarm gateway``: a :class:`~agentwarm.gateway.learner.Learner` that
     learns the agent graph from the traffic and prefills through ``upstream``, rendering with
     ``renderer`` (the served model's tokenizer and chat template, from ``--model``), its learned
-    state kept in ``state_dir`` (default: ``gateway/`` under
-    :func:`~agentwarm.predictors.default_state_dir`), pooled across tenants unless
-    ``share_learning`` is false (:mod:`agentwarm.gateway.tenants`). Without a renderer there is
-    nothing to render prompts with: a plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
+    state kept in ``state_dir`` (default: :func:`gateway_state_dir`) and saved every
+    ``save_interval_s`` seconds, pooled across tenants unless ``share_learning`` is false
+    (:mod:`agentwarm.gateway.tenants`). Without a renderer there is nothing to render prompts
+    with: a plain proxy (:class:`~agentwarm.gateway.types.NoHooks`)."""
     if renderer is None:
         return NoHooks()
     return Learner(
         upstream,
         renderer,
-        state_dir=state_dir or default_state_dir() / "gateway",
+        state_dir=state_dir or gateway_state_dir(),
         share_learning=share_learning,
+        save_interval_s=save_interval_s,
     )
+
+
+def gateway_state_dir() -> Path:
+    """The default state dir of the gateway: ``gateway/`` under
+    :func:`~agentwarm.predictors.default_state_dir`."""
+    return default_state_dir() / "gateway"
 
 
 def gateway_warmup(
@@ -120,10 +131,35 @@ def gateway(
     upstream_timeout: float = typer.Option(
         600.0, "--upstream-timeout", min=0.1, help="Seconds a worker may stay silent mid-reply."
     ),
+    health_interval: float = typer.Option(
+        HEALTH_INTERVAL_S,
+        "--health-interval",
+        min=0.01,
+        help="Seconds between GET /health probes of a worker that requests wait on in silence.",
+    ),
+    unresponsive_after: float = typer.Option(
+        UNRESPONSIVE_AFTER_S,
+        "--unresponsive-after",
+        min=0.1,
+        help="A worker that answers nothing (no reply byte, no GET /health) for this many "
+        "seconds fails its requests (504; new ones 503) until it answers again.",
+    ),
+    shutdown_grace: float = typer.Option(
+        SHUTDOWN_GRACE_S,
+        "--shutdown-grace",
+        min=0.0,
+        help="At SIGTERM, seconds requests in flight may go on; the rest then end with a 503.",
+    ),
     state_dir: Annotated[
         Path | None,
         typer.Option("--state-dir", help="Directory of the learned state (kept across restarts)."),
     ] = None,
+    save_interval: float = typer.Option(
+        SAVE_INTERVAL_S,
+        "--save-interval",
+        min=0.01,
+        help="Seconds between saves of the learned state (a crash loses at most this much).",
+    ),
     trace: Annotated[Path | None, typer.Option("--trace", help="Write spans as JSONL.")] = None,
     otlp: str | None = typer.Option(None, "--otlp", help="OTLP/HTTP endpoint."),
     insecure_no_api_key: bool = typer.Option(
@@ -158,6 +194,8 @@ def gateway(
     """
     urls = parse_upstreams(upstream)
     renderer = load_renderer(model) if model else None  # a bad --model fails before binding
+    if renderer is not None:  # so does a state dir the learning could not be saved in
+        check_writable(state_dir or gateway_state_dir())
     settings = gateway_warmup(  # so does a bad plan
         load_warmup(
             warmup, ready_file=ready_file, keep_warm_s=keep_warm, rewarm_below=rewarm_below
@@ -165,7 +203,13 @@ def gateway(
         renderer,
     )
     try:
-        up = Upstream(urls, api_key=upstream_api_key or None, timeout=upstream_timeout)
+        up = Upstream(
+            urls,
+            api_key=upstream_api_key or None,
+            timeout=upstream_timeout,
+            health_interval=health_interval,
+            unresponsive_after=unresponsive_after,
+        )
     except ValueError as exc:
         raise ConfigError(f"--upstream: {exc}") from None
     config = GatewayConfig(
@@ -175,6 +219,7 @@ def gateway(
         max_request_bytes=max_request_bytes
         or default_max_request_bytes(renderer.chat.max_context if renderer else None),
         model_name=model,
+        shutdown_grace_s=shutdown_grace,
     )
 
     def ready(url: str) -> None:
@@ -191,7 +236,13 @@ def gateway(
         asyncio.run(
             serve_gateway(
                 up,
-                lambda u: build_hooks(renderer, state_dir, u, share_learning=share_learning),
+                lambda u: build_hooks(
+                    renderer,
+                    state_dir,
+                    u,
+                    share_learning=share_learning,
+                    save_interval_s=save_interval,
+                ),
                 config=config,
                 log_level=log_level,
                 on_ready=ready,

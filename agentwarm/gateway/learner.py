@@ -28,6 +28,8 @@ and counted, never raised. Figures use the runtime's definitions (:func:`~agentw
 definitions.summarize_steps`) over the last :data:`WINDOW` steps. Tenants (``cache_salt``) never
 share a session, a prefetch's namespace or a head; learning is pooled unless
 ``share_learning=False`` (:mod:`agentwarm.gateway.tenants` says why that is the default).
+The learned state is saved every ``save_interval_s`` s (:class:`~agentwarm.gateway.autosave.
+Autosave`) and at :meth:`Learner.aclose`: a crash loses at most that much learning.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ from typing import Any
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
 from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
+from agentwarm.gateway.autosave import SAVE_INTERVAL_S, Autosave
 from agentwarm.gateway.heads import Head
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step, figures
 from agentwarm.gateway.sessions import SessionTracker, chain, extend, session_of_hint
-from agentwarm.gateway.state import GatewayState, load_state, save_state
+from agentwarm.gateway.state import GatewayState, encode_state, load_state
 from agentwarm.gateway.tenants import TenantModels
 from agentwarm.gateway.tracing import GatewayTracer
 from agentwarm.gateway.types import ChatCall, Reply
@@ -96,6 +99,7 @@ class Learner:
         share_learning: bool = True,
         tracer: GatewayTracer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        save_interval_s: float | None = SAVE_INTERVAL_S,
     ) -> None:
         self.upstream = upstream
         self.renderer = renderer
@@ -119,6 +123,9 @@ class Learner:
         self._tasks: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.sessions_seen = 0
+        self._autosave = Autosave(state_dir, self._encoded, save_interval_s) if state_dir else None
+        if self._autosave is not None:
+            self._autosave.start()  # built outside a running loop: saved at aclose only
 
     # --- Hooks ------------------------------------------------------------------------------
 
@@ -250,6 +257,8 @@ class Learner:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
+        if self._autosave is not None:
+            await self._autosave.aclose()  # a periodic write finishes before the last one
         for session in self._sessions.values():
             self._settle(session)  # not ended: the gateway stops, the agents may go on
         tasks = list(self._tasks)
@@ -261,16 +270,16 @@ class Learner:
         self.save()
 
     def save(self) -> None:
-        """Write the learned state to the state dir (logged, never raised)."""
-        if self.state_dir is None:
-            return
+        """Write the learned state to the state dir now, if it changed since the last write
+        (logged, never raised)."""
+        if self._autosave is not None:
+            self._autosave.save()
+
+    def _encoded(self) -> bytes:
         state = GatewayState(
             self.heads, self.predictor, self.shapes, self.tool_hints, self.models.tenants()
         )
-        try:
-            save_state(self.state_dir, state)
-        except OSError as exc:
-            log.warning("cannot save the gateway's learned state in %s: %s", self.state_dir, exc)
+        return encode_state(state)
 
     def _identify(self, call: ChatCall, tag: str) -> tuple[Head, list[Message]]:
         return self.heads.identify(call.messages, call.tools, hint=call.node_hint, tenant=tag)

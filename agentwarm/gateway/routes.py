@@ -3,22 +3,30 @@ around it (the rules are in :mod:`agentwarm.gateway.app`).
 
 A request's life: read and check the body → :class:`~agentwarm.gateway.types.ChatCall` →
 ``hooks.on_request`` → pick the worker → forward (the overhead is measured here) → the upstream's
-answer to the client (a stream relayed event by event by :class:`Relay`, while
-:class:`~agentwarm.gateway.streams.ReplyAssembler` reads it) → ``hooks.on_response`` in the
-background. A client that goes away closes the upstream request, which aborts it there. A warm
-request (``max_tokens: 0``) is checked and answered as :mod:`agentwarm.gateway.warm` says.
+answer to the client (a stream relayed event by event by :class:`~agentwarm.gateway.relay.
+Relay`, while :class:`~agentwarm.gateway.streams.ReplyAssembler` reads it) →
+``hooks.on_response`` in the background. A client that goes away closes the upstream request,
+which aborts it there. A warm request (``max_tokens: 0``) is checked and answered as
+:mod:`agentwarm.gateway.warm` says.
 
 The answer keeps the upstream's status, body and the headers a client reads
-(:func:`relayed_headers`: ``content-type``, ``retry-after`` and ``retry-after-ms``,
-``x-should-retry``, ``x-request-id``, ``x-ratelimit-*``, ``ratelimit-*``, ``openai-*``), on a
-stream too; no other header (hop-by-hop ones, ``content-length`` and ``content-encoding``, which
-describe the gateway's own framing, cookies, the upstream's ``server``) is passed on.
+(:func:`~agentwarm.gateway.relay.relayed_headers`: ``content-type``, ``retry-after`` and
+``retry-after-ms``, ``x-should-retry``, ``x-request-id``, ``x-ratelimit-*``, ``ratelimit-*``,
+``openai-*``), on a stream too; no other header (hop-by-hop ones, ``content-length`` and
+``content-encoding``, which describe the gateway's own framing, cookies, the upstream's
+``server``) is passed on.
 
 A body that is not JSON, nests too deeply or holds a lone surrogate
 (:func:`~agentwarm.server.http.read_json`), has no ``messages`` list, or has a tool call whose
 ``arguments`` no template can format (:func:`~agentwarm.chat.check_tool_arguments`) is answered
 400 here, before any hook. What a hook cannot use logs one warning line; a hook's bug, one
 record with a bounded traceback.
+
+A request never waits forever: while it waits on its worker it also ends (a 5xx JSON error, or
+an error event and ``[DONE]`` in a stream) when the worker stops answering (a 504 from
+:class:`~agentwarm.gateway.liveness.Liveness`; a new request to such a worker gets a 503 with
+``Retry-After`` at once) or when the shutdown grace of :class:`~agentwarm.server.drain.Drain`
+is over (a 503).
 """
 
 from __future__ import annotations
@@ -28,33 +36,34 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from typing import Any
 
-import anyio
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from agentwarm.chat import check_tool_arguments
 from agentwarm.engines.base import new_rid
-from agentwarm.engines.sglang.errors import transport_error
-from agentwarm.errors import (
-    AgentwarmError,
-    ContextLengthExceeded,
-    EngineError,
-    EngineTimeout,
-    InvalidRequest,
-)
+from agentwarm.errors import AgentwarmError, ContextLengthExceeded, EngineError
+from agentwarm.gateway.liveness import Watch
 from agentwarm.gateway.metrics import GatewayMetrics
-from agentwarm.gateway.streams import ReplyAssembler, SSEReader
+from agentwarm.gateway.relay import (
+    CLIENT_GONE,
+    ClientGone,
+    Relay,
+    relayed_headers,
+    until_gone,
+    upstream_error,
+)
+from agentwarm.gateway.relay import chat_error as _error
+from agentwarm.gateway.streams import ReplyAssembler
 from agentwarm.gateway.types import NODE_HEADER, SESSION_HEADER, ChatCall, Hooks, Reply
 from agentwarm.gateway.upstream import CHAT_PATH, Upstream
 from agentwarm.gateway.warm import warm_reply, warm_request
+from agentwarm.server.drain import Drain
 from agentwarm.server.http import HTTPError, error_reply, log_bug, one_line, read_json
-from agentwarm.server.sse import disconnected, sse
 
 __all__ = (
     "CLIENT_GONE",
@@ -66,21 +75,6 @@ __all__ = (
 )
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: The status a reply is counted with when its client went away first (nginx's convention).
-CLIENT_GONE = 499
-_DONE = b"data: [DONE]\n\n"
-#: The upstream's reply headers a client reads (see the module docstring), by name or prefix.
-_RELAYED_HEADERS = frozenset(
-    {"content-type", "retry-after", "retry-after-ms", "x-should-retry", "x-request-id"}
-)
-_RELAYED_PREFIXES = ("x-ratelimit-", "ratelimit-", "openai-")
-
-
-class ClientGone(Exception):
-    """The client disconnected before its reply was ready."""
 
 
 class Background:
@@ -124,45 +118,6 @@ def session_hint(request: Request, body: dict[str, Any]) -> str | None:
     return session if isinstance(session, str) and session else None
 
 
-def relayed_headers(headers: httpx.Headers) -> dict[str, str]:
-    """The headers of an upstream's reply that go on to the client (module docstring)."""
-    return {
-        name: value
-        for name, value in headers.multi_items()
-        if name in _RELAYED_HEADERS or name.startswith(_RELAYED_PREFIXES)
-    }
-
-
-def upstream_error(worker: str, exc: EngineError) -> HTTPError:
-    """The reply to a failure to reach ``worker``: 504 when it did not answer in time, 400 for
-    a body that cannot be sent, else 502; the message names the worker (without credentials)
-    and the failure."""
-    if isinstance(exc, InvalidRequest):
-        return HTTPError(400, str(exc))
-    if isinstance(exc, EngineTimeout):
-        return HTTPError(504, f"upstream {worker} did not answer in time: {exc}", "GatewayTimeout")
-    return HTTPError(502, f"upstream {worker} failed: {exc}", "BadGatewayError")
-
-
-async def until_gone(receive: Receive, work: Awaitable[T]) -> T:
-    """``await work``, unless the client disconnects first: then ``work`` is cancelled (which
-    closes its upstream connection) and :class:`ClientGone` raised."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(disconnected(receive))
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        gone.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.wait({task})
-        raise ClientGone
-    return task.result()
-
-
 class ChatProxy:
     """The chat route of one gateway app."""
 
@@ -173,12 +128,15 @@ class ChatProxy:
         metrics: GatewayMetrics,
         background: Background,
         max_request_bytes: int,
+        drain: Drain | None = None,
     ) -> None:
         self.upstream = upstream
         self.hooks = hooks
         self.metrics = metrics
         self.background = background
         self.max_request_bytes = max_request_bytes
+        #: Ends the requests still running when the shutdown grace is over.
+        self.drain = drain or Drain(0.0)
 
     def routes(self) -> list[Route]:
         return [Route(CHAT_PATH, self.complete, methods=["POST"])]
@@ -217,22 +175,53 @@ class ChatProxy:
         worker = self._worker(call)
         reply = ReplyAssembler(received, on_tool=lambda name: self._on_tool(call, name))
         self.metrics.forwarded(time.perf_counter() - received)
+        refusal = self.upstream.liveness.refusal(worker)
+        if refusal is not None:
+            refused = self._failed(call, reply, refusal)
+            refused.headers["Retry-After"] = self.upstream.liveness.retry_after
+            return refused
+        watch = self.upstream.liveness.watch(worker)
+        response: Response | None = None
+        try:
+            response = await self._forward(request, call, worker, reply, watch)
+            return response
+        finally:
+            if not isinstance(response, Relay):
+                watch.close()  # a relay closes it when its stream ends
+
+    async def _forward(
+        self,
+        request: Request,
+        call: ChatCall,
+        worker: str,
+        reply: ReplyAssembler,
+        watch: Watch,
+    ) -> Response:
+        """Send ``call`` to ``worker``; its answer, or the error that ended the wait."""
+        stops = (watch.stopped, self.drain.expired)
         try:
             upstream = await until_gone(
                 request.receive,
-                self.upstream.chat(worker, body, session=call.session or call.session_hint),
+                self.upstream.chat(worker, call.body, session=call.session or call.session_hint),
+                stops,
             )
         except ClientGone:
             return self._gone(call, reply)
+        except HTTPError as exc:
+            return self._failed(call, reply, exc, quiet=True)
         except EngineError as exc:
             return self._failed(call, reply, upstream_error(worker, exc))
+        watch.seen()
         content_type = upstream.headers.get("content-type", "")
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
-            return Relay(upstream, worker, reply, done=lambda: self._finish(call, reply))
+            done = lambda: self._finish(call, reply)  # noqa: E731
+            return Relay(upstream, worker, reply, done=done, watch=watch, stops=stops)
         try:
-            raw = await until_gone(request.receive, upstream.aread())
+            raw = await until_gone(request.receive, upstream.aread(), stops)
         except ClientGone:
             return self._gone(call, reply)
+        except HTTPError as exc:
+            return self._failed(call, reply, exc, quiet=True)
         except httpx.HTTPError as exc:
             return self._failed(call, reply, upstream_error(worker, _error(worker, exc)))
         finally:
@@ -290,8 +279,12 @@ class ChatProxy:
         self.metrics.answered(reply.status, reply.ttft_s)
         self.background.spawn(self._on_response(call, reply))
 
-    def _failed(self, call: ChatCall, assembler: ReplyAssembler, exc: HTTPError) -> Response:
-        log.warning("request %s: %s", call.rid, exc.message)
+    def _failed(
+        self, call: ChatCall, assembler: ReplyAssembler, exc: HTTPError, *, quiet: bool = False
+    ) -> Response:
+        """Answer ``exc``, logged unless ``quiet`` (a failure already logged once for all)."""
+        if not quiet:
+            log.warning("request %s: %s", call.rid, exc.message)
         assembler.status = exc.status
         self._finish(call, assembler)
         return error_reply(exc)
@@ -300,77 +293,6 @@ class ChatProxy:
         assembler.status = CLIENT_GONE
         self._finish(call, assembler)
         return Response(status_code=CLIENT_GONE)
-
-
-class Relay(Response):
-    """The upstream's event stream, relayed to the client chunk by chunk as it arrives and
-    read by ``assembler`` on the way. A failure of the upstream mid-stream ends the stream with
-    an ``{"error": ...}`` event and ``[DONE]``; a client that goes away closes the upstream
-    request. ``done`` runs once, when the stream ended however it ended."""
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        upstream: httpx.Response,
-        worker: str,
-        assembler: ReplyAssembler,
-        *,
-        done: Callable[[], None],
-    ) -> None:
-        self.upstream = upstream
-        self.worker = worker
-        self.assembler = assembler
-        self.done = done
-        self.status_code = 200
-        self.background = None
-        self.init_headers({**relayed_headers(upstream.headers), "Cache-Control": "no-cache"})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pump = asyncio.ensure_future(self._pump(send))
-        gone = asyncio.ensure_future(disconnected(receive))
-        try:
-            await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not pump.done():
-                pump.cancel()
-                self.assembler.status = CLIENT_GONE
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait({pump})
-                await self.upstream.aclose()
-            if not pump.cancelled() and pump.exception() is not None:
-                log.error("relaying a stream failed", exc_info=pump.exception())
-            self.done()
-
-    async def _pump(self, send: Send) -> None:
-        reader = SSEReader()
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            try:
-                async for chunk in self.upstream.aiter_bytes():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    for data in reader.feed(chunk):
-                        self.assembler.add_event(data)
-            except httpx.HTTPError as exc:
-                error = upstream_error(self.worker, _error(self.worker, exc))
-                log.warning("stream cut: %s", error.message)
-                self.assembler.status = error.status
-                tail = (b"\n\n" if reader.mid_event else b"") + sse(error.body())
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": tail + b"data: [DONE]\n\n",
-                        "more_body": True,
-                    }
-                )
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:  # the client went away while we wrote to it
-            self.assembler.status = CLIENT_GONE
-
-
-def _error(worker: str, exc: httpx.HTTPError) -> EngineError:
-    return transport_error(exc, worker + CHAT_PATH)
 
 
 def _hook_failed(hook: str, then: str, exc: Exception) -> None:

@@ -4,9 +4,10 @@ uvicorn until SIGINT/SIGTERM.
 As ``agentwarm serve`` (:mod:`agentwarm.server.run`): a non-loopback host needs an API key
 (:func:`~agentwarm.server.security.check_exposure`); the socket is bound before uvicorn starts
 (``port=0`` picks a free one) and, once it accepts connections, ``on_ready(url)`` is called (the
-CLI prints ``agentwarm gateway: listening on http://HOST:PORT`` then). At shutdown in-flight
-requests get ``timeout_graceful_shutdown`` seconds, then the app's lifespan closes the hooks and
-the upstream.
+CLI prints ``agentwarm gateway: listening on http://HOST:PORT`` then). At shutdown the gateway
+drains (:class:`~agentwarm.server.drain.Drain`: in-flight requests get ``shutdown_grace_s``
+seconds, then end with a proper error), then the app's lifespan closes the hooks (which saves
+the learned state) and the upstream.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ async def serve_gateway(
     try:
         hooks = hooks_factory(upstream)
         app = create_gateway_app(upstream, hooks, replace(config, port=bound), warmup=warmup)
-        await serve_app(app, sock, url, log_level=log_level, on_ready=on_ready)
+        drain = app.state.gateway.drain
+        await serve_app(app, sock, url, log_level=log_level, on_ready=on_ready, drain=drain)
     finally:
         sock.close()
         await upstream.aclose()  # a second close (after the lifespan's) does nothing

@@ -12,8 +12,11 @@ each tenant's own (``--no-share-learning``), by tag, and the heads their owners'
 loads with no per-tenant learning and heads owned by nobody until they are sent again.
 
 Written atomically under a lock file (the predictor store's :func:`~agentwarm.predictors.store.
-atomic_write` and ``filelock``): a crash leaves the old or the new state. Gateways sharing a
-state dir: the last writer wins. A file that cannot be used (not JSON, another format or
+atomic_write` and ``filelock``): a crash leaves the old or the new state. The learner saves
+periodically (:class:`~agentwarm.gateway.learner.Learner`: encoded on the event loop that owns
+the state, :func:`encode_state`, then written and fsynced in a thread, :func:`write_state`) and
+at shutdown; :func:`check_writable` refuses, at start, a state dir it could not write. Gateways
+sharing a state dir: the last writer wins. A file that cannot be used (not JSON, another format or
 version, a bad field) is set aside as ``gateway.corrupt-<UTC timestamp>.json`` with a
 :class:`~agentwarm.predictors.PredictorStateWarning` naming both paths, and learning restarts:
 never a crash, never a silent loss.
@@ -22,6 +25,8 @@ never a crash, never a silent loss.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +35,7 @@ from pathlib import Path
 import filelock
 
 from agentwarm import _jsonfile
-from agentwarm.errors import PredictorStateError
+from agentwarm.errors import ConfigError, PredictorStateError
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.prompts import Shapes
 from agentwarm.gateway.tenants import Learned, tenants_from_dict
@@ -38,7 +43,17 @@ from agentwarm.gateway.toolhints import ToolHints
 from agentwarm.predictors import Predictor, PredictorStateWarning
 from agentwarm.predictors.store import MAX_STATE_BYTES, atomic_write, set_aside
 
-__all__ = ("FORMAT", "VERSION", "GatewayState", "load_state", "save_state", "state_path")
+__all__ = (
+    "FORMAT",
+    "VERSION",
+    "GatewayState",
+    "check_writable",
+    "encode_state",
+    "load_state",
+    "save_state",
+    "state_path",
+    "write_state",
+)
 
 FORMAT = "agentwarm.gateway"
 VERSION = 2
@@ -105,8 +120,11 @@ def load_state(state_dir: Path, predictor_factory: Callable[[], Predictor]) -> G
 
 def save_state(state_dir: Path, state: GatewayState) -> Path:
     """Write ``state`` to ``state_dir`` (created if needed); the file's path. Raises OSError."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_path(state_dir)
+    return write_state(state_dir, encode_state(state))
+
+
+def encode_state(state: GatewayState) -> bytes:
+    """The file's bytes for ``state`` (call where ``state`` is owned: the event loop)."""
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -114,7 +132,30 @@ def save_state(state_dir: Path, state: GatewayState) -> Path:
         **Learned(state.predictor, state.shapes, state.tool_hints).to_dict(),
         "tenants": {tag: learned.to_dict() for tag, learned in state.tenants.items()},
     }
-    data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def write_state(state_dir: Path, data: bytes) -> Path:
+    """Write the encoded state ``data`` to ``state_dir`` (created if needed) atomically, under
+    the lock (from any thread); the file's path. Raises OSError."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_path(state_dir)
     with filelock.FileLock(str(path.with_name(".gateway.lock"))):
         atomic_write(path, data)
     return path
+
+
+def check_writable(state_dir: Path) -> None:
+    """Create ``state_dir`` if needed and check a file can be written there; ConfigError (one
+    line naming the directory and the fix) when not, so that a run is refused at start rather
+    than its learning lost at the end."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=state_dir, prefix=".gateway.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(
+            f"--state-dir {state_dir}: cannot write into it ({exc.strerror or exc}); give a "
+            "writable directory (--state-dir or AGENTWARM_STATE_DIR)"
+        ) from None

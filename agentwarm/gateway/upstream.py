@@ -10,7 +10,9 @@ Rules it keeps:
   ``Authorization``, and the URL's would silently replace the key.
 * Routing (:meth:`Upstream.worker_for`): one session, one worker (a
   :class:`~agentwarm.engines.routing.HashRing`), so that its prefetches and its live requests
-  meet the same prefix cache; a request without a session is hashed by its rid.
+  meet the same prefix cache; a request without a session is hashed by its rid. A worker that
+  stopped answering (:attr:`Upstream.liveness`, :mod:`~agentwarm.gateway.liveness`) is skipped
+  while another is up: only its sessions move, and they come back once it answers.
 * A session travels as ``X-SMG-Routing-Key`` (sglang-router's ``manual`` policy) on live and
   prefill requests alike, as :func:`routing_key` spells it (a header must be plain ASCII).
 * Failures to reach a worker become :mod:`agentwarm.errors` types with the sglang client's rule
@@ -34,6 +36,7 @@ from agentwarm.engines.routing import HashRing
 from agentwarm.engines.sglang import ROUTING_KEY_HEADER, SGLangEngine, check_url
 from agentwarm.engines.sglang.errors import error_message, transport_error
 from agentwarm.errors import EngineError, EngineUnavailable, InvalidRequest
+from agentwarm.gateway.liveness import HEALTH_INTERVAL_S, UNRESPONSIVE_AFTER_S, Liveness
 from agentwarm.redact import redact_credentials
 
 __all__ = ("CHAT_PATH", "Upstream", "routing_key")
@@ -60,9 +63,11 @@ def routing_key(session: str) -> str:
 class Upstream:
     """The workers at ``urls`` (see the module docstring). ``timeout`` bounds each read of a
     reply (a stream may run longer, as long as it keeps sending); reaching a worker must take
-    under ``connect_timeout``. ``transport`` replaces the network (``httpx.ASGITransport`` of an
-    app in tests). Raises ValueError naming a URL that cannot be a worker's, a duplicate, or
-    one with ``user:password@`` when ``api_key`` is given too."""
+    under ``connect_timeout``. A worker is probed every ``health_interval`` s while requests
+    wait on it and answers nothing, and declared unresponsive after ``unresponsive_after`` s
+    (:class:`~agentwarm.gateway.liveness.Liveness`). ``transport`` replaces the network
+    (``httpx.ASGITransport`` of an app in tests). Raises ValueError naming a URL that cannot be
+    a worker's, a duplicate, or one with ``user:password@`` when ``api_key`` is given too."""
 
     def __init__(
         self,
@@ -71,6 +76,8 @@ class Upstream:
         api_key: str | None = None,
         timeout: float = 600.0,
         connect_timeout: float = 10.0,
+        health_interval: float = HEALTH_INTERVAL_S,
+        unresponsive_after: float = UNRESPONSIVE_AFTER_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if isinstance(urls, str) or not urls:
@@ -105,13 +112,19 @@ class Upstream:
             trust_env=False,
             transport=transport,
         )
+        #: Which workers stopped answering (their requests fail instead of hanging).
+        self.liveness = Liveness(
+            self._answers, interval_s=health_interval, after_s=unresponsive_after
+        )
 
     def worker_for(self, session: str | None, rid: str) -> str:
-        """The URL that serves ``session`` (by ``rid`` when there is none)."""
+        """The URL that serves ``session`` (by ``rid`` when there is none): its owner on the
+        ring, skipping unresponsive workers unless all are."""
         if len(self.urls) == 1:
             return self.urls[0]
-        owner = self._ring.lookup(session or rid)
-        assert owner is not None  # nothing is skipped
+        key = session or rid
+        owner = self._ring.lookup(key, skip=self.liveness.down) or self._ring.lookup(key)
+        assert owner is not None  # the ring has every worker
         return owner
 
     def base_url(self, worker: str) -> str:
@@ -211,8 +224,18 @@ class Upstream:
         answers = await asyncio.gather(*(one(w) for w in self.urls))
         return dict(zip(self.urls, answers, strict=True))
 
+    async def _answers(self, worker: str, timeout_s: float) -> bool:
+        """Whether ``worker`` answers ``GET /health`` within ``timeout_s`` (any status: its
+        server is not frozen)."""
+        try:
+            await self._client.get(self.base_url(worker) + "/health", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return True
+
     async def aclose(self) -> None:
-        """Close the connections (and the prefill clients)."""
+        """Stop the liveness probes, close the connections (and the prefill clients)."""
+        await self.liveness.aclose()
         engines, self._engines = list(self._engines.values()), {}
         for engine in engines:
             try:

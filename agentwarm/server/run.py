@@ -6,8 +6,10 @@ The engine comes from a factory called inside the server's event loop (``agentwa
 The server binds its socket before uvicorn starts (``port=0`` picks a free port) and, once it
 accepts connections, calls ``on_ready(url)``; the CLI prints
 ``agentwarm serve: listening on http://HOST:PORT`` then, which scripts and tests wait for.
-SIGINT/SIGTERM shut it down gracefully (in-flight requests get ``timeout_graceful_shutdown``
-seconds), and the engine is closed last. Requests the HTTP parser refuses (a head over
+SIGINT/SIGTERM shut it down gracefully: it stops accepting connections, in-flight requests get
+5 s (with a :class:`~agentwarm.server.drain.Drain`: its grace, after which the app ends them
+with a proper error, then :data:`~agentwarm.server.drain.MARGIN_S` more before uvicorn cancels
+them), and the engine is closed last. Requests the HTTP parser refuses (a head over
 :data:`~agentwarm.server.wire.MAX_HEAD_BYTES`: 431) are answered by
 :class:`~agentwarm.server.wire.LimitedH11Protocol`.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +29,7 @@ from starlette.types import ASGIApp
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.app import ServerConfig, create_app
+from agentwarm.server.drain import MARGIN_S, Drain
 from agentwarm.server.security import check_exposure, is_loopback
 from agentwarm.server.wire import MAX_HEAD_BYTES, LimitedH11Protocol
 from agentwarm.warmup.options import WarmupSettings
@@ -122,19 +126,22 @@ async def serve_app(
     *,
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
+    drain: Drain | None = None,
 ) -> None:
     """Serve ``app`` on the bound ``sock`` with uvicorn until SIGINT/SIGTERM (graceful shutdown
-    of 5 s); call ``on_ready(url)`` once it accepts connections."""
-    server = uvicorn.Server(
+    of 5 s, or ``drain``'s grace: :meth:`Drain.begin` is called as the server stops accepting);
+    call ``on_ready(url)`` once it accepts connections."""
+    server = _DrainingServer(
         uvicorn.Config(
             app,
             log_level=log_level,
             access_log=log_level in ("debug", "trace"),
             lifespan="on",
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=5 if drain is None else math.ceil(drain.grace_s + MARGIN_S),
             http=LimitedH11Protocol,
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-        )
+        ),
+        drain,
     )
 
     async def announce() -> None:
@@ -148,3 +155,16 @@ async def serve_app(
         await server.serve(sockets=[sock])
     finally:
         ready.cancel()
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, telling ``drain`` when its shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain | None) -> None:
+        super().__init__(config)
+        self.drain = drain
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.drain is not None:
+            self.drain.begin()
+        await super().shutdown(sockets)

@@ -1,0 +1,87 @@
+"""Saving the gateway's learned state while it runs, so that a crash loses at most
+``interval_s`` seconds of learning.
+
+Rules (:class:`Autosave`): every ``interval_s`` seconds the state is encoded on the event loop
+that owns it (a consistent snapshot, nothing shared with a thread) and, when it differs from
+what was last written, written and fsynced in a thread (:func:`~agentwarm.gateway.state.
+write_state`: atomic, under the lock). :meth:`Autosave.aclose` stops the saves and lets a write
+in progress end, so that the final :meth:`Autosave.save` is the last one on disk. A write that
+fails is logged (once until a write succeeds again) and tried again at the next interval; it is
+never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from agentwarm.gateway.state import write_state
+
+__all__ = ("SAVE_INTERVAL_S", "Autosave")
+
+log = logging.getLogger(__name__)
+
+#: How often the learned state is saved by default.
+SAVE_INTERVAL_S = 30.0
+
+
+class Autosave:
+    """Saves ``encode()`` in ``state_dir`` every ``interval_s`` seconds once :meth:`start`
+    ed (``None``: only when :meth:`save` is called)."""
+
+    def __init__(
+        self, state_dir: Path, encode: Callable[[], bytes], interval_s: float | None
+    ) -> None:
+        self.state_dir = state_dir
+        self.interval_s = interval_s
+        self._encode = encode
+        self._written: bytes | None = None
+        self._failing = False
+        self._writing: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the periodic saves in the running event loop (the one that owns the state);
+        without one, nothing (only :meth:`save` writes)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self.interval_s and self._task is None:
+            self._task = loop.create_task(self._run(self.interval_s))
+
+    def save(self) -> None:
+        """Write the state now, on the caller's thread, if it changed."""
+        self._write(self._encode())
+
+    async def aclose(self) -> None:
+        """Stop the periodic saves; a write in progress ends first."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._writing is not None:
+            await asyncio.wait({self._writing})
+
+    async def _run(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, self._encode()))
+            await asyncio.shield(self._writing)  # cancelled (aclose): the write still ends
+
+    def _write(self, data: bytes) -> None:
+        if data == self._written:
+            return
+        try:
+            write_state(self.state_dir, data)
+        except OSError as exc:
+            if not self._failing:
+                log.warning(
+                    "cannot save the gateway's learned state in %s: %s", self.state_dir, exc
+                )
+            self._failing = True
+            return
+        self._failing = False
+        self._written = data
