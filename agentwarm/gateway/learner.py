@@ -41,6 +41,7 @@ from typing import Any
 
 from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
 from agentwarm.engines.base import PrefillStatus, new_rid
+from agentwarm.errors import PredictorStateError
 from agentwarm.gateway.heads import HeadRegistry
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, Shapes, classify, expected_conversation
@@ -262,7 +263,7 @@ class Learner:
         state = GatewayState(self.heads, self.predictor, self.shapes, self.tool_hints)
         try:
             save_state(self.state_dir, state)
-        except OSError as exc:
+        except (OSError, PredictorStateError) as exc:
             log.warning("cannot save the gateway's learned state in %s: %s", self.state_dir, exc)
 
     # --- prefetching ------------------------------------------------------------------------

@@ -8,9 +8,11 @@
 Written atomically under a lock file (the predictor store's :func:`~agentwarm.predictors.store.
 atomic_write` and ``filelock``): a crash leaves the old or the new state. Gateways sharing a
 state dir: the last writer wins. A file that cannot be used (not JSON, another format or
-version, a bad field) is set aside as ``gateway.corrupt-<UTC timestamp>.json`` with a
+version, a bad field: a NaN, infinite or subnormal count, named in the warning) is set aside
+as ``gateway.corrupt-<UTC timestamp>.json`` with a
 :class:`~agentwarm.predictors.PredictorStateWarning` naming both paths, and learning restarts:
-never a crash, never a silent loss.
+never a crash, never a silent loss. :func:`save_state` validates what it writes as
+:func:`load_state` would and refuses a state it would set aside, keeping the previous file.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import filelock
 
@@ -64,18 +67,7 @@ def load_state(state_dir: Path, predictor_factory: Callable[[], Predictor]) -> G
     try:
         if len(raw) > MAX_STATE_BYTES:
             raise ValueError(f"larger than the {MAX_STATE_BYTES}-byte limit of state files")
-        data = _jsonfile.loads(raw)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f'not a gateway state (no "format": "{FORMAT}")')
-        if data.get("version") != VERSION:
-            raise ValueError(f"version {data.get('version')!r}, this agentwarm reads {VERSION}")
-        fresh = predictor_factory()
-        return GatewayState(
-            heads=HeadRegistry.from_dict(data["heads"]),
-            predictor=type(fresh).from_dict(data["predictor"]),
-            shapes=Shapes.from_dict(data["shapes"]),
-            tool_hints=ToolHints.from_dict(data["tool_hints"]),
-        )
+        return _decode(_jsonfile.loads(raw), type(predictor_factory()))
     except (ValueError, TypeError, KeyError) as exc:
         moved = set_aside(path)
         warnings.warn(
@@ -86,9 +78,29 @@ def load_state(state_dir: Path, predictor_factory: Callable[[], Predictor]) -> G
         return None
 
 
+def _decode(data: Any, predictor_cls: type[Predictor]) -> GatewayState:
+    """The state of a decoded file; ``ValueError`` (or ``TypeError``, ``KeyError``) saying
+    what is wrong with it."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f'not a gateway state (no "format": "{FORMAT}")')
+    if data.get("version") != VERSION:
+        raise ValueError(f"version {data.get('version')!r}, this agentwarm reads {VERSION}")
+    return GatewayState(
+        heads=HeadRegistry.from_dict(data["heads"]),
+        predictor=predictor_cls.from_dict(data["predictor"]),
+        shapes=Shapes.from_dict(data["shapes"]),
+        tool_hints=ToolHints.from_dict(data["tool_hints"]),
+    )
+
+
 def save_state(state_dir: Path, state: GatewayState) -> Path:
-    """Write ``state`` to ``state_dir`` (created if needed); the file's path. Raises OSError."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``state`` to ``state_dir`` (created if needed); the file's path.
+
+    Raises:
+        PredictorStateError: :func:`load_state` would refuse the state (a NaN or infinite
+            count, a subnormal one): nothing is written, the previous file is kept.
+        OSError: the directory or file cannot be written.
+    """
     path = state_path(state_dir)
     doc = {
         "format": FORMAT,
@@ -99,6 +111,14 @@ def save_state(state_dir: Path, state: GatewayState) -> Path:
         "tool_hints": state.tool_hints.to_dict(),
     }
     data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    try:  # never write what the next start would set aside: all learning would be lost
+        _decode(_jsonfile.loads(data), type(state.predictor))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise PredictorStateError(
+            f"gateway state not saved, the loader would refuse it ({exc}); "
+            f"the previous file {path} is kept"
+        ) from None
+    state_dir.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(path.with_name(".gateway.lock"))):
         atomic_write(path, data)
     return path
