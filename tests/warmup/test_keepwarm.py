@@ -266,7 +266,11 @@ def test_warmup_options_are_checked_before_serving(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--ready-file .*does not exist"):
         load_warmup(plan, ready_file=tmp_path / "no" / "ready")
     plan.write_text('{"input_ids": [1]}\n{"input_ids": "x"}\n')
-    with pytest.raises(ConfigError, match="line 2"):
+    with pytest.warns(UserWarning, match="line 2 skipped: 'input_ids' must be"):  # issue 23
+        settings = load_warmup(plan)
+    assert settings is not None and [p.input_ids for p in settings.plan] == [(1,)]
+    plan.write_text('{"input_ids": "x"}\n')
+    with pytest.raises(ConfigError, match=r"no usable line \(line 1: 'input_ids' must be"):
         load_warmup(plan)
 
 
