@@ -47,7 +47,15 @@ from agentwarm.chat.request import chat_messages, check_depth, check_tools
 from agentwarm.errors import ConfigError
 from agentwarm.predictors.store import atomic_write
 
-__all__ = ("MAX_LINE_WARNINGS", "Plan", "WarmPrefix", "load_plan", "plan_lines", "save_plan")
+__all__ = (
+    "MAX_LINE_WARNINGS",
+    "Plan",
+    "WarmPrefix",
+    "load_plan",
+    "plan_lines",
+    "save_plan",
+    "special_kind",
+)
 
 #: Most skipped lines of one plan warned about one by one (then one warning with the count).
 MAX_LINE_WARNINGS = 10
@@ -193,11 +201,11 @@ def load_plan(path: Path) -> Plan:
     when the path is not a readable regular file or no line of it is usable."""
     make = "make one with 'agentwarm warmup plan --from TRACES_OR_LOGS... -o PLAN'"
     try:
-        mode = os.stat(path).st_mode  # never blocks, unlike opening a FIFO
-        if not stat.S_ISREG(mode):
+        kind = special_kind(path)
+        if kind is not None:
             raise ConfigError(
-                f"warm-up plan {path}: is not a regular file ({_file_kind(mode)}); give the "
-                f"plan's JSONL file ({make})"
+                f"warm-up plan {path}: is not a regular file ({kind}); give the plan's JSONL "
+                f"file ({make})"
             )
         raw = path.read_bytes()
     except OSError as exc:
@@ -231,8 +239,13 @@ def load_plan(path: Path) -> Plan:
     return Plan(tuple(prefixes))
 
 
-def _file_kind(mode: int) -> str:
-    """What a file that is not a regular one is, in words."""
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (``"a directory"``, ``"a FIFO"``, ...),
+    in words; ``None`` for a regular file. Reads only its ``stat`` (never blocks, unlike
+    opening a FIFO); ``OSError`` when there is none."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
     kinds = (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO"),

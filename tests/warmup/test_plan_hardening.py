@@ -190,3 +190,25 @@ def test_warmup_run_against_a_stopped_worker_fails_within_the_timeout(tmp_path: 
     assert "no answer within 1 s (--timeout)" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert took < 30  # the default would have waited minutes
+
+
+def test_mining_refuses_a_fifo_and_requests_the_chat_endpoint_would_refuse(
+    tmp_path: Path,
+) -> None:
+    """``warmup plan --from`` reads its files as the plan loader does: a FIFO is refused before
+    it is opened, and a logged request with nesting, a role or a tool a chat request would be
+    refused for is an error naming its line (not a traceback while mining)."""
+    fifo = tmp_path / "requests.jsonl"
+    os.mkfifo(fifo)
+    done = agentwarm("warmup", "plan", "--from", str(fifo), "--model", "tiny", timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"--from {fifo}: is a FIFO" in done.stderr
+    plan_keys = ("share", "tokens", "count")
+    good = {k: v for k, v in GOOD.items() if k not in plan_keys}
+    for number, line in enumerate(bad_lines(), start=2):
+        log = tmp_path / f"log{number}.jsonl"
+        request = {k: v for k, v in line.items() if k not in plan_keys}
+        log.write_text(json.dumps(good) + "\n" + json.dumps(request) + "\n")
+        done = agentwarm("warmup", "plan", "--from", str(log), "--model", "tiny", timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert f"{log}:2: " in done.stderr and "Traceback" not in done.stderr, done.stderr
