@@ -204,3 +204,28 @@ def test_the_path_predictor_state_bounds_hold_for_a_saved_model() -> None:
     model = path_predictor()
     model.observe([], "a")
     assert MarkovPredictor.from_dict(model.to_dict()).predict([]) == model.predict([])
+
+
+@pytest.mark.parametrize("offsets", [[1e308, 1e308], [-1e308, 1e308]])
+def test_content_predictions_stay_finite_with_absurd_but_finite_offsets(
+    offsets: list[float],
+) -> None:
+    """Finite offsets the loader accepts, large enough that the scores overflow: the
+    prediction falls back to the path experts' scores instead of NaN."""
+    from agentwarm.predictors import ContentPredictor, StepContext
+
+    context = StepContext(first_user="my bill", last_user="my bill is wrong")
+    model = default_predictor()
+    for _ in range(3):
+        model.observe_in(["triage"], "billing", context)
+        model.observe_in(["triage"], "refund", context)
+    state = model.to_dict()
+    state["offsets"] = offsets
+    loaded = ContentPredictor.from_dict(state)
+    names = ["billing", "refund", END]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy overflow warning either (one per request)
+        predicted = dict(loaded.predict_in(["triage"], context, candidates=names))
+    path = dict(loaded.path.predict(["triage"], candidates=names))
+    assert all(math.isfinite(p) for p in predicted.values()), predicted
+    assert predicted == pytest.approx(path, abs=1e-5)  # the path experts', not uniform

@@ -164,12 +164,13 @@ class ContentPredictor:
         previous = path[-2] if len(path) > 1 else "^"
         votes = self.memory.votes(path[-1], previous, features.memory_words(context))
         log_memory = np.log(self.memory.distribution(votes, names))
-        score = self.offsets[0] * log_path + self.offsets[1] * log_memory
-        summed = self._weights[rows].sum(axis=0) if rows else None
-        if summed is not None and len(self._classes):
-            learned = [(i, self._classes[n]) for i, n in enumerate(names) if n in self._classes]
-            for i, column in learned:
-                score[i] += float(summed[column])
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: handled below
+            score = self.offsets[0] * log_path + self.offsets[1] * log_memory
+            summed = self._weights[rows].sum(axis=0) if rows else None
+            if summed is not None and len(self._classes):
+                learned = [(i, self._classes[n]) for i, n in enumerate(names) if n in self._classes]
+                for i, column in learned:
+                    score[i] += float(summed[column])
         if not np.isfinite(score).all():  # absurd weights or offsets: the path experts alone
             score = log_path
         score = score - score.max()
