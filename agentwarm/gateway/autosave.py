@@ -7,7 +7,8 @@ what was last written, written and fsynced in a thread (:func:`~agentwarm.gatewa
 write_state`: atomic, under the lock). :meth:`Autosave.aclose` stops the saves and lets a write
 in progress end, so that the final :meth:`Autosave.save` is the last one on disk. A write that
 fails is logged (once until a write succeeds again) and tried again at the next interval; it is
-never raised.
+never raised. A state that must not be written (:func:`~agentwarm.gateway.state.encode_state`
+refuses a non-finite value) is logged and the previous file kept.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from agentwarm.errors import PredictorStateError
 from agentwarm.gateway.state import write_state
 
 __all__ = ("SAVE_INTERVAL_S", "Autosave")
@@ -54,7 +56,9 @@ class Autosave:
 
     def save(self) -> None:
         """Write the state now, on the caller's thread, if it changed."""
-        self._write(self._encode())
+        data = self._snapshot()
+        if data is not None:
+            self._write(data)
 
     async def aclose(self) -> None:
         """Stop the periodic saves; a write in progress ends first."""
@@ -68,8 +72,20 @@ class Autosave:
     async def _run(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, self._encode()))
+            data = self._snapshot()
+            if data is None:
+                continue
+            self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, data))
             await asyncio.shield(self._writing)  # cancelled (aclose): the write still ends
+
+    def _snapshot(self) -> bytes | None:
+        """The encoded state, or None (logged) when it must not be written (a non-finite
+        value the loader would refuse: the previous file is kept)."""
+        try:
+            return self._encode()
+        except PredictorStateError as exc:
+            log.warning("%s", exc)
+            return None
 
     def _write(self, data: bytes) -> None:
         if data == self._written:

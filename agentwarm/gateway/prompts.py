@@ -43,6 +43,7 @@ from agentwarm.chat.memo import utf8
 from agentwarm.engines.types import check_context
 from agentwarm.errors import ContextLengthExceeded
 from agentwarm.gateway.heads import Head
+from agentwarm.predictors import _serial
 from agentwarm.server.security import BYTES_PER_CONTEXT_TOKEN, default_max_request_bytes
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 
@@ -123,8 +124,11 @@ class Shapes:
             if not isinstance(node, str) or not isinstance(counts, Mapping):
                 raise ValueError("shapes: expected {node: {shape: count}}")
             for shape, count in counts.items():
-                if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                    raise ValueError(f"shapes[{node!r}][{shape!r}]: not a count")
+                if not _serial.is_count(count):
+                    raise ValueError(
+                        f"shapes[{node!r}][{shape!r}]: not a count (an integer in [0, 2**53]), "
+                        f"got {_serial.short(count)}"
+                    )
                 out._counts.setdefault(node, Counter())[Shape(shape)] = count
         return out
 

@@ -17,9 +17,12 @@ periodically (:class:`~agentwarm.gateway.learner.Learner`: encoded on the event 
 the state, :func:`encode_state`, then written and fsynced in a thread, :func:`write_state`) and
 at shutdown; :func:`check_writable` refuses, at start, a state dir it could not write. Gateways
 sharing a state dir: the last writer wins. A file that cannot be used (not JSON, another format or
-version, a bad field) is set aside as ``gateway.corrupt-<UTC timestamp>.json`` with a
+version, a bad field: a NaN, infinite or subnormal count, named in the warning) is set aside as
+``gateway.corrupt-<UTC timestamp>.json`` with a
 :class:`~agentwarm.predictors.PredictorStateWarning` naming both paths, and learning restarts:
-never a crash, never a silent loss.
+never a crash, never a silent loss. :func:`encode_state` (so :func:`save_state` and every
+periodic save) validates what it writes as :func:`load_state` would and refuses a state it would
+set aside, keeping the previous file.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import filelock
 
@@ -94,20 +98,7 @@ def load_state(state_dir: Path, predictor_factory: Callable[[], Predictor]) -> G
     try:
         if len(raw) > MAX_STATE_BYTES:
             raise ValueError(f"larger than the {MAX_STATE_BYTES}-byte limit of state files")
-        data = _jsonfile.loads(raw)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f'not a gateway state (no "format": "{FORMAT}")')
-        if data.get("version") not in _READS:
-            raise ValueError(f"version {data.get('version')!r}, this agentwarm reads {_READS}")
-        kind = type(predictor_factory())
-        pooled = Learned.from_dict(data, kind)
-        return GatewayState(
-            heads=HeadRegistry.from_dict(data["heads"]),
-            predictor=pooled.predictor,
-            shapes=pooled.shapes,
-            tool_hints=pooled.tool_hints,
-            tenants=tenants_from_dict(data.get("tenants", {}), kind),
-        )
+        return _decode(_jsonfile.loads(raw), type(predictor_factory()))
     except (ValueError, TypeError, KeyError) as exc:
         moved = set_aside(path)
         warnings.warn(
@@ -118,13 +109,37 @@ def load_state(state_dir: Path, predictor_factory: Callable[[], Predictor]) -> G
         return None
 
 
+def _decode(data: Any, predictor_cls: type[Predictor]) -> GatewayState:
+    """The state of a decoded file; ``ValueError`` (or ``TypeError``, ``KeyError``) saying
+    what is wrong with it."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f'not a gateway state (no "format": "{FORMAT}")')
+    if data.get("version") not in _READS:
+        raise ValueError(f"version {data.get('version')!r}, this agentwarm reads {_READS}")
+    pooled = Learned.from_dict(data, predictor_cls)
+    return GatewayState(
+        heads=HeadRegistry.from_dict(data["heads"]),
+        predictor=pooled.predictor,
+        shapes=pooled.shapes,
+        tool_hints=pooled.tool_hints,
+        tenants=tenants_from_dict(data.get("tenants", {}), predictor_cls),
+    )
+
+
 def save_state(state_dir: Path, state: GatewayState) -> Path:
-    """Write ``state`` to ``state_dir`` (created if needed); the file's path. Raises OSError."""
+    """Write ``state`` to ``state_dir`` (created if needed); the file's path.
+
+    Raises:
+        PredictorStateError: :func:`load_state` would refuse the state (a NaN or infinite
+            count, a subnormal one): nothing is written, the previous file is kept.
+        OSError: the directory or file cannot be written.
+    """
     return write_state(state_dir, encode_state(state))
 
 
 def encode_state(state: GatewayState) -> bytes:
-    """The file's bytes for ``state`` (call where ``state`` is owned: the event loop)."""
+    """The file's bytes for ``state`` (call where ``state`` is owned: the event loop);
+    :class:`~agentwarm.errors.PredictorStateError` when :func:`load_state` would refuse them."""
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -132,7 +147,15 @@ def encode_state(state: GatewayState) -> bytes:
         **Learned(state.predictor, state.shapes, state.tool_hints).to_dict(),
         "tenants": {tag: learned.to_dict() for tag, learned in state.tenants.items()},
     }
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    try:  # never write what the next start would set aside: all learning would be lost
+        _decode(_jsonfile.loads(data), type(state.predictor))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise PredictorStateError(
+            f"gateway state not saved, the loader would refuse it ({exc}); "
+            "the previous file is kept"
+        ) from None
+    return data
 
 
 def write_state(state_dir: Path, data: bytes) -> Path:

@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentwarm.predictors import _serial
+
 __all__ = ("MAX_TOOLS", "PRIOR", "ToolHints")
 
 #: Pseudo-observations of the predictor's side: one observation of a tool weighs 1/3.
@@ -60,7 +62,10 @@ class ToolHints:
             if not isinstance(tool, str) or not isinstance(counts, Mapping):
                 raise ValueError("tool_hints: expected {tool: {node: count}}")
             for node, count in counts.items():
-                if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                    raise ValueError(f"tool_hints[{tool!r}][{node!r}]: not a count")
+                if not _serial.is_count(count):
+                    raise ValueError(
+                        f"tool_hints[{tool!r}][{node!r}]: not a count (an integer in "
+                        f"[0, 2**53]), got {_serial.short(count)}"
+                    )
                 out._counts.setdefault(tool, Counter())[str(node)] = count
         return out

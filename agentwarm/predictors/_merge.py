@@ -11,13 +11,15 @@ observed. For decayed counts it is the first-order approximation of interleaving
 processes' observations: each process's decay of the shared ``base`` is applied once, and
 neither decays the other's fresh counts. The error is of order ``(1 - decay)`` per observation
 of a context, far below the noise of counts that forget on purpose. Counts that end below
-``min_count`` (or at or below 0) are dropped, as decay drops them.
+``min_count`` (or at or below 0, or subnormal) are dropped, as decay drops them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from typing import TypeVar
+
+from agentwarm.predictors._serial import MIN_NORMAL
 
 __all__ = ("counts", "tables")
 
@@ -37,7 +39,7 @@ def counts(
             continue
         now = latest.get(name, 0.0)
         value = after if now == before else now + after - before
-        if value <= 0.0 or value < min_count:
+        if value < MIN_NORMAL or value < min_count:
             out.pop(name, None)
         else:
             out[name] = value

@@ -2,31 +2,47 @@
 
 Every field is checked before a predictor is rebuilt: strict types (no ``true`` for a number,
 no ``1.0`` for an integer, no string for a list), finite numbers (JSON ``1e4000`` decodes to
-``inf``), integers too large for a float, negative counts, unknown keys, and sizes bounded by
-the limits below. Then, by each model's validator, what the fields say together: the
-features and the weights of the experts, each expert's tables (the context bound, lengths,
-repeats, feature keys) and that the counts name only known nodes, so ``from_dict`` only builds.
+``inf``), no subnormal counts or mixture weights (``1e-320``: dividing by one overflows, and a
+prediction made from it was NaN), counts at most :data:`MAX_COUNT`, integers too large for a
+float, negative counts, unknown keys, and sizes bounded by the limits below. Then, by each
+model's validator, what the fields say together: the features and the weights of the experts,
+each expert's tables (the context bound, lengths, repeats, feature keys) and that the counts
+name only known nodes, so ``from_dict`` only builds.
 :func:`parse` turns any problem into one ``ValueError`` naming the field, so
 :class:`~agentwarm.predictors.store.PredictorStore` can set the file aside instead of crashing.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
+)
 
 from agentwarm.predictors import _features
 
 __all__ = (
     "MAX_CONTEXTS",
+    "MAX_COUNT",
     "MAX_NAMES",
     "MAX_NAME_CHARS",
     "MAX_ORDER",
+    "MIN_NORMAL",
     "FirstOrderState",
     "MarkovState",
     "Name",
+    "Normal",
+    "is_count",
+    "normal",
     "parse",
     "short",
 )
@@ -39,13 +55,45 @@ MAX_NAMES = 100_000
 MAX_CONTEXTS = 1_000_000
 #: Longest Markov context accepted.
 MAX_ORDER = 1024
+#: Largest count accepted: past ``2**53`` adding one observation no longer changes a float, so
+#: no count that learning made is larger (one observation adds 1).
+MAX_COUNT = 2.0**53
+#: Smallest positive normal float: a nonzero number below it is subnormal and refused (a count
+#: decayed that far is dropped instead, see :mod:`agentwarm.predictors.markov.experts`).
+MIN_NORMAL = sys.float_info.min
 _MAX_INT = 2**63 - 1
 
+
+def normal(value: float) -> float:
+    """``value`` if it is zero or a normal float; ``ValueError`` for a subnormal one."""
+    if value != 0.0 and -MIN_NORMAL < value < MIN_NORMAL:
+        raise ValueError(
+            f"must be 0 or at least {MIN_NORMAL!r} in size (subnormal numbers make "
+            "predictions overflow)"
+        )
+    return value
+
+
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is an integer count in ``[0, MAX_COUNT]`` (not a ``bool``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _at_most_max_count(value: float) -> float:
+    if value > MAX_COUNT:
+        raise ValueError(f"must be at most {MAX_COUNT:.0f} (2**53), more than any count learned")
+    return value
+
+
+#: The annotation refusing subnormal numbers (for other state models' float fields).
+Normal = AfterValidator(normal)
 Name = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_NAME_CHARS)]
-Count = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[
+    float, Strict(), Field(ge=0, allow_inf_nan=False), Normal, AfterValidator(_at_most_max_count)
+]
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Strict(), Field(ge=0, lt=1, allow_inf_nan=False)]
-Weight = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+Weight = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False), Normal]
 Names = Annotated[list[Name], Field(max_length=MAX_NAMES)]
 CountTable = Annotated[dict[Name, Count], Field(max_length=MAX_NAMES)]
 #: ``[context names, counts]`` of the Markov and recent experts.
@@ -167,28 +215,36 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 def parse(
-    model: type[_M], data: Mapping[str, Any], what: str = "predictor state", context: Any = None
+    model: type[_M],
+    data: Mapping[str, Any],
+    what: str = "predictor state",
+    context: Any = None,
+    *,
+    at: str = "",
 ) -> _M:
     """``data`` validated as ``model`` (its validators see ``context``); ``ValueError`` naming
-    the first bad field otherwise."""
+    the first bad field otherwise (``at``: the field of an enclosing document ``data`` is,
+    the first part of the names)."""
     if not isinstance(data, Mapping):
-        raise ValueError(f"{what} must be a JSON object, got {type(data).__name__}")
+        where = f" field {at!r}" if at else ""
+        raise ValueError(f"{what}{where} must be a JSON object, got {type(data).__name__}")
     try:
         return model.model_validate(dict(data), context=context)
     except ValidationError as exc:
-        raise ValueError(describe(exc, what)) from None
+        raise ValueError(describe(exc, what, at)) from None
 
 
-def describe(exc: ValidationError, what: str) -> str:
-    """One line for the first error of ``exc``: field path, problem, offending value; or, for
-    a check of the whole document (a model validator's ``ValueError``), its own message."""
+def describe(exc: ValidationError, what: str, at: str = "") -> str:
+    """One line for the first error of ``exc``: field path (under ``at``), problem, offending
+    value; or, for a check of the whole document (a model validator's ``ValueError``), its own
+    message."""
     errors = exc.errors(include_url=False)
     first = errors[0]
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     error = first.get("ctx", {}).get("error")
     if not first["loc"] and isinstance(error, ValueError):
-        return f"{what} {error}{more}"
-    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        return f"{what} field {at!r}: {error}{more}" if at else f"{what} {error}{more}"
+    field = ".".join(str(part) for part in (at, *first["loc"]) if part != "") or "(top level)"
     value = short(first.get("input"))
     return f"{what} field {field!r}: {first['msg']}, got {value}{more}"
 

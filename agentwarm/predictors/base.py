@@ -26,6 +26,7 @@ Rules every implementation keeps:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -87,12 +88,15 @@ def support(candidates: Sequence[str] | None, known: Iterable[str]) -> list[str]
 def rank(names: Sequence[str], weights: Sequence[float]) -> list[tuple[str, float]]:
     """Normalize ``weights`` to sum to 1 and sort descending, ties in ``names`` order.
 
-    Non-positive totals give the uniform distribution. ``names`` must be distinct.
+    Non-positive totals give the uniform distribution, and so do weights that are not all
+    finite and non-negative or whose total is not finite (no prediction is ever NaN).
+    ``names`` must be distinct.
     """
     if not names:
         return []
     total = sum(weights)
     uniform = [1.0 / len(names)] * len(names)
-    probs = [w / total for w in weights] if total > 0.0 else uniform
+    usable = 0.0 < total < math.inf and all(0.0 <= w < math.inf for w in weights)
+    probs = [w / total for w in weights] if usable else uniform
     order = sorted(range(len(names)), key=lambda i: -probs[i])
     return [(names[i], probs[i]) for i in order]

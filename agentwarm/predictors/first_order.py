@@ -22,8 +22,9 @@ class FirstOrderPredictor:
     kind: ClassVar[str] = "first_order"
 
     def __init__(self, *, pseudo_count: float = 0.1) -> None:
-        if not pseudo_count >= 0:
-            raise ValueError(f"pseudo_count must be >= 0, got {pseudo_count!r}")
+        if not 0 <= pseudo_count <= _serial.MAX_COUNT:
+            raise ValueError(f"pseudo_count must be in [0, 2**53], got {pseudo_count!r}")
+        _serial.normal(pseudo_count)  # what the saved state must hold
         self.pseudo_count = float(pseudo_count)
         self._counts: dict[str, dict[str, float]] = {}
         self._known: dict[str, None] = {}

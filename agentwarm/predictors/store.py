@@ -20,10 +20,15 @@ Rules:
   the file (last writer wins).
 * The whole document is validated on load by pydantic models (the envelope in
   :mod:`agentwarm.predictors._document`, the predictor's state in
-  :mod:`agentwarm.predictors._serial`): strict types, finite non-negative counts, integers
+  :mod:`agentwarm.predictors._serial`): strict types, finite non-negative counts (not
+  subnormal, at most ``2**53``), integers
   that fit, bounded sizes (at most :data:`MAX_STATE_BYTES`), the format version this
   agentwarm reads (only :data:`FORMAT_VERSION`), the workflow, its node set and the predictor
   kind.
+* Nothing the loader would refuse is written: :meth:`PredictorStore.save` validates the state
+  (merged) as :meth:`PredictorStore.load` would and, for a non-finite or subnormal value,
+  raises :class:`~agentwarm.errors.PredictorStateError` naming the field and keeps the
+  previous file as it was.
 * A file that cannot be used (not JSON, truncated, another format version, another node set,
   another predictor kind, any bad field) is renamed to ``<name>.corrupt-<UTC timestamp>.json``
   with a :class:`PredictorStateWarning` naming both paths, and learning restarts from a fresh
@@ -204,6 +209,7 @@ class PredictorStore:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             with self._lock(workflow):
                 state = self._merge_with_saved(workflow, node_list, predictor, mine)
+                _refuse_unloadable(path, workflow, node_list, state, type(predictor))
                 atomic_write(path, _encode(workflow, node_list, state))
         except filelock.Timeout as exc:
             raise PredictorStateError(
@@ -304,6 +310,22 @@ def _encode(workflow: str, nodes: list[str], state: dict[str, Any]) -> bytes:
             f"{MAX_STATE_BYTES}-byte limit of state files; lower the predictor's max_contexts"
         )
     return payload
+
+
+def _refuse_unloadable(
+    path: Path, workflow: str, nodes: list[str], state: dict[str, Any], cls: type[Predictor]
+) -> None:
+    """Raise :class:`~agentwarm.errors.PredictorStateError` if :meth:`PredictorStore.load`
+    would refuse ``state`` (a NaN or infinite count, a subnormal one): such a file would be set
+    aside on the next start and everything learned lost, so the previous file is kept."""
+    try:
+        data = json.loads(json.dumps(_document.document(workflow, nodes, state)))
+        cls.from_dict(_document.predictor_state(data, workflow, nodes, str(state.get("kind"))))
+    except _UNUSABLE as exc:
+        raise PredictorStateError(
+            f"predictor state for {workflow!r} not saved, the loader would refuse it ({exc}); "
+            f"the previous file {path} is kept"
+        ) from None
 
 
 def _json_copy(state: dict[str, Any]) -> dict[str, Any]:

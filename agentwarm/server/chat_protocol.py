@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from agentwarm.chat import Message, check_tool_arguments
+from agentwarm.chat import Message
+from agentwarm.chat.request import chat_messages, check_tools
 from agentwarm.engines.namespace import namespace_key
 from agentwarm.engines.sglang.protocol import NamespacePart, Text
 from agentwarm.server.http import HTTPError, validate
@@ -40,8 +41,6 @@ __all__ = (
     "parse_chat_request",
     "usage",
 )
-
-_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class StreamOptions(BaseModel):
@@ -84,12 +83,7 @@ class ChatRequest(BaseModel):
             raise ValueError("stop: stop sequences are not supported here; leave it unset")
         if self.logprobs:
             raise ValueError("logprobs: not supported by this engine; leave it unset")
-        for tool in self.tools or []:
-            fn = tool.get("function")
-            if tool.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
-                raise ValueError(
-                    'tools: each tool must be {"type": "function", "function": {"name": ...}}'
-                )
+        check_tools(self.tools)
         return self
 
     @property
@@ -104,29 +98,10 @@ class ChatRequest(BaseModel):
 
     def chat_messages(self) -> list[Message]:
         """The messages as the chat template takes them: text parts joined into ``content``.
-        Raises ValueError naming the message that cannot be (a tool call's ``arguments`` whose
-        JSON nests too deeply included: :func:`~agentwarm.chat.check_tool_arguments`)."""
-        check_tool_arguments(self.messages)
-        out: list[Message] = []
-        for i, raw in enumerate(self.messages):
-            message = dict(raw)
-            if message.get("role") not in _ROLES:
-                raise ValueError(f"messages[{i}]: role must be one of {', '.join(_ROLES)}")
-            content = message.get("content")
-            if isinstance(content, list):
-                texts = []
-                for part in content:
-                    if not isinstance(part, dict) or part.get("type") != "text":
-                        raise ValueError(
-                            f"messages[{i}]: only text content parts are supported by this "
-                            "engine (no images or audio)"
-                        )
-                    texts.append(str(part.get("text", "")))
-                message["content"] = "".join(texts)
-            elif content is not None and not isinstance(content, str):
-                raise ValueError(f"messages[{i}]: content must be a string, a list or null")
-            out.append(message)
-        return out
+        Raises ValueError naming the message that cannot be (:func:`agentwarm.chat.request.
+        chat_messages`, which warm-up plans are checked with too; a tool call's ``arguments``
+        whose JSON nests too deeply included)."""
+        return chat_messages(self.messages)
 
 
 def parse_chat_request(body: Any) -> ChatRequest:

@@ -24,8 +24,9 @@ warm between bursts.
 
 Rounds never overlap (one lock; a round's workers run in one task group, so a round ends only
 once all of them did). A worker's unexpected error is its summary's ``error``, as a failure
-the warmer reports; if the static warm-up left the server not ready, the next keep-warm round
-that warms something makes it ready. :meth:`KeepWarm.aclose` cancels the task (the warmer
+the warmer reports (logged with its traceback once, then one line a round); if the static
+warm-up left the server not ready, the next keep-warm round that warms something makes it
+ready. :meth:`KeepWarm.aclose` cancels the task (the warmer
 aborts the prefill in flight) and removes the ready file. The loop's waits go through
 ``wait(seconds)`` (default ``asyncio.sleep``) and its times through ``clock`` (default
 ``time.monotonic``), so that tests drive its ticks.
@@ -128,6 +129,9 @@ class KeepWarm:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._windows: dict[str, _Window] = {name: _Window() for name in self.warmers}
+        # The unexpected errors already logged with their traceback (what, error type): a bug
+        # that recurs every round is one line after the first (no log flood).
+        self._logged: set[tuple[str, str]] = set()
         self._unwatched: set[str] = set()  # workers without server counters
         self._task: asyncio.Task[None] | None = None
 
@@ -221,9 +225,19 @@ class KeepWarm:
                 if keep is not None and next_keep is not None and now >= next_keep:
                     next_keep = _next_due(next_keep, keep, now)
                     await self._round(list(self.warmers), PrefetchKind.KEEP_WARM)
-            except Exception:  # a bug: keep the loop alive, the next tick tries again
-                log.exception("keep-warm round failed")
+            except Exception as exc:  # a bug: keep the loop alive, the next tick tries again
+                self._log_unexpected("keep-warm round failed", "", exc)
             self.ticks += 1
+
+    def _log_unexpected(self, message: str, where: str, exc: Exception) -> None:
+        """``message`` with the traceback the first time ``where`` fails with this type of
+        error, one line (no traceback) the next times."""
+        key = (where, type(exc).__name__)
+        if key in self._logged:
+            log.error("%s (again): %s: %s", message, type(exc).__name__, exc)
+            return
+        self._logged.add(key)
+        log.error("%s", message, exc_info=exc)
 
     async def _round(
         self, names: Sequence[str], kind: PrefetchKind, *, progress: bool = False
@@ -266,7 +280,7 @@ class KeepWarm:
                 on_prefix=on_prefix,
             )
         except Exception as exc:  # a bug: report it as the worker's failure, warm the others
-            log.exception("the %s warm-up of %s failed", kind, name)
+            self._log_unexpected(f"the {kind} warm-up of {name} failed", name, exc)
             summary = WarmSummary(worker=name, kind=kind, error=f"{type(exc).__name__}: {exc}")
         window = self._windows.get(name)
         if window is not None and window.start is not None:

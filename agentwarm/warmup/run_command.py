@@ -4,13 +4,19 @@ A one-shot command, for a deploy hook, cron or a Kubernetes CronJob ("warm at 06
 morning ramp"); ``--refresh-plan`` re-mines the plan from the last ``--since-hours`` of traces
 first, so the plan follows drift. See :mod:`agentwarm.warmup.warmer` for the budget rule.
 
-``--refresh-plan`` replaces PLAN (atomically) only once the new plan is known to be usable (its
-messages can be rendered for the workers); a window with no request in it (a quiet night)
-keeps PLAN as it is, says so on stderr, and warms it.
+``--refresh-plan`` (:mod:`agentwarm.warmup.refresh`) replaces PLAN (atomically) only once the
+new plan is known to be usable (its messages can be rendered for the workers); a window with no
+request in it (a quiet night) keeps PLAN as it is, says so on stderr, and warms it.
+
+A plan line that a chat request like it would be refused for is skipped with a warning and
+the rest is warmed (:func:`~agentwarm.warmup.types.load_plan`). ``--timeout S`` (default
+:data:`DEFAULT_TIMEOUT_S`) is the longest a worker may stay silent on any one request (opening
+it, reading its stats, one prefill): a worker that stops answering (stopped, hung) fails with
+an error naming it and the timeout, and the others are still warmed.
 
 Exit codes: 0 every worker warmed; 1 a worker failed (the others were still warmed; the message
-names which); 2 a usage error (bad plan, option or URL); 130 interrupted (Ctrl-C: the
-prefills in flight are aborted).
+names which); 2 a usage error (bad plan, option or URL; a plan path that is not a regular
+file); 130 interrupted (Ctrl-C: the prefills in flight are aborted).
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -33,8 +38,9 @@ from rich.table import Table
 from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import Engine
 from agentwarm.engines.sglang import SGLangEngine, check_url
-from agentwarm.errors import ConfigError, EngineError
+from agentwarm.errors import ConfigError, EngineError, EngineTimeout
 from agentwarm.redact import redact_credentials
+from agentwarm.warmup.refresh import Refresh, kept_plan, refresh_plan
 from agentwarm.warmup.render import ChatRenderer, load_chat_renderer
 from agentwarm.warmup.types import Plan, load_plan, save_plan
 from agentwarm.warmup.warmer import WarmSummary, check_fraction, warm_workers
@@ -43,6 +49,9 @@ __all__ = ("Refresh", "refresh_plan", "render_summaries", "run", "served_rendere
 
 #: Set to silence the progress bar (as for ``agentwarm run`` and ``agentwarm bench``).
 NO_PROGRESS_ENV = "AGENTWARM_NO_PROGRESS"
+#: The default of ``--timeout``: seconds a worker may stay silent on one request (a prefill of
+#: a long prefix on a CPU worker can take a minute before its answer).
+DEFAULT_TIMEOUT_S = 120.0
 
 
 def worker_urls(spec: str) -> list[str]:
@@ -62,9 +71,26 @@ def worker_urls(spec: str) -> list[str]:
     return checked
 
 
-async def _open(url: str, model: str | None, api_key: str | None) -> Engine:
+async def _open(url: str, model: str | None, api_key: str | None, timeout_s: float) -> Engine:
     tokenizer = model if model is not None and Path(model).is_dir() else None
-    return await SGLangEngine.from_url(url, tokenizer=tokenizer, api_key=api_key)
+    return await SGLangEngine.from_url(
+        url,
+        tokenizer=tokenizer,
+        api_key=api_key,
+        timeout=timeout_s,
+        connect_timeout=min(10.0, timeout_s),
+    )
+
+
+def _timed_out(summary: WarmSummary, timeout_s: float) -> WarmSummary:
+    """``summary`` with a timeout's error saying which option sets it (a timeout while
+    connecting comes as the ``EngineUnavailable`` of a ``/health`` with no answer in time)."""
+    error = summary.error
+    if error is not None and (
+        error.startswith(EngineTimeout.__name__) or "no answer in time" in error
+    ):
+        summary.error = f"no answer within {timeout_s:g} s (--timeout): {summary.error}"
+    return summary
 
 
 async def served_renderer(engines: Mapping[str, Engine]) -> ChatRenderer:
@@ -97,56 +123,6 @@ def _needs_renderer(plan: Plan) -> bool:
     return any(p.messages is not None for p in plan.prefixes)
 
 
-@dataclass(frozen=True, slots=True)
-class Refresh:
-    """``--refresh-plan``'s options: what to mine the plan from."""
-
-    sources: tuple[Path, ...]
-    since_hours: float = 24.0
-    top_k: int = 20
-    min_share: float = 0.01
-    state: Path | None = None
-    workflow: Path | None = None
-
-
-def refresh_plan(refresh: Refresh, renderer: ChatRenderer | None) -> Plan | None:
-    """The plan re-mined from the last ``since_hours`` of ``refresh.sources`` (not written:
-    the caller writes it once it is known to be usable); ``None`` when they hold no request
-    in that window."""
-    from agentwarm.warmup.mine import mine_records
-    from agentwarm.warmup.sources import read_sources
-
-    if not refresh.sources:
-        raise ConfigError("--refresh-plan needs the traces or logs to mine: --from PATH...")
-    records = read_sources(
-        refresh.sources,
-        since_s=refresh.since_hours * 3600.0,
-        state_dir=refresh.state,
-        workflow=refresh.workflow,
-    )
-    if records.total == 0:
-        return None
-    return mine_records(
-        records, renderer=renderer, top_k=refresh.top_k, min_share=refresh.min_share
-    )
-
-
-def _kept_plan(plan_path: Path, refresh: Refresh) -> Plan:
-    """PLAN as it is, when the refresh window held no request (a warning says so)."""
-    window = f"the last {refresh.since_hours:g} hours of {', '.join(map(str, refresh.sources))}"
-    if not plan_path.exists():
-        raise ConfigError(
-            f"--refresh-plan: nothing to mine: no request in {window}, and no plan at "
-            f"{plan_path} to warm instead; give a longer --since-hours or more --from files"
-        )
-    plan = load_plan(plan_path)
-    typer.echo(
-        f"warning: --refresh-plan: no request in {window}; {plan_path} is kept as it is and warmed",
-        err=True,
-    )
-    return plan
-
-
 def _engines(labels: Sequence[str], opened: Sequence[object]) -> dict[str, Engine]:
     return {label: r for label, r in zip(labels, opened, strict=True) if isinstance(r, Engine)}
 
@@ -177,9 +153,12 @@ async def _warm(
     budget_fraction: float,
     show_progress: bool,
     refresh: Refresh | None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[Plan, list[WarmSummary]]:
     labels = [redact_credentials(u) for u in urls]
-    opened = await asyncio.gather(*(_open(u, model, api_key) for u in urls), return_exceptions=True)
+    opened = await asyncio.gather(
+        *(_open(u, model, api_key, timeout_s) for u in urls), return_exceptions=True
+    )
     engines = _engines(labels, opened)  # every one opened, closed below whatever happens
     failed: dict[str, WarmSummary] = {}
     try:
@@ -204,7 +183,7 @@ async def _warm(
         mined: Plan | None = None
         if refresh is not None:
             mined = refresh_plan(refresh, renderer)
-            plan = mined if mined is not None else _kept_plan(plan_path, refresh)
+            plan = mined if mined is not None else kept_plan(plan_path, refresh)
         assert plan is not None
         if renderer is None and problem is not None and _needs_renderer(plan):
             raise problem
@@ -237,7 +216,7 @@ async def _warm(
             if isinstance(error, Exception):
                 typer.echo(f"warning: closing {label} failed: {error}", err=True)
     by_label = {s.worker: s for s in warmed} | failed
-    return plan, [by_label[label] for label in labels]
+    return plan, [_timed_out(by_label[label], timeout_s) for label in labels]
 
 
 def render_summaries(console: Console, plan: Plan, summaries: list[WarmSummary]) -> None:
@@ -298,6 +277,14 @@ def run(
         str | None,
         typer.Option("--api-key", envvar="AGENTWARM_API_KEY", help="Bearer key of the workers."),
     ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            callback=_positive,
+            help="Seconds a worker may stay silent on one request (then it fails, named).",
+        ),
+    ] = DEFAULT_TIMEOUT_S,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     refresh_plan_: Annotated[
         bool,
@@ -361,6 +348,7 @@ def run(
                 budget_fraction=budget_fraction,
                 show_progress=show,
                 refresh=refresh,
+                timeout_s=timeout,
             )
         )
     except KeyboardInterrupt:  # the prefills in flight were aborted, the connections closed

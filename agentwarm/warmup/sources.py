@@ -13,6 +13,11 @@ Each ``--from`` file's kind is told by its first non-blank line:
   its ``gateway.json``) or from the workflow that ran (``--workflow``: each node's system
   message and tools, as the runtime renders them).
 
+A file that is not a regular one (a FIFO, a device, a directory) is refused before it is opened;
+a request's ``messages`` and ``tools`` are checked as a chat request's
+(:mod:`agentwarm.chat.request`: roles, content, function tools, nesting depth), so what the chat
+endpoint would refuse is never mined into a plan.
+
 ``since_s`` keeps the records of the last ``since_s`` seconds: a request's time when it has one
 (else its file's modification time), a span's end time (else its file's).
 """
@@ -33,7 +38,9 @@ from typing import Any
 
 from agentwarm import _jsonfile
 from agentwarm.chat import Message
+from agentwarm.chat.request import chat_messages, check_depth, check_tools
 from agentwarm.errors import ConfigError
+from agentwarm.warmup.types import special_kind
 
 __all__ = ("ChatRecord", "Records", "read_sources")
 
@@ -76,8 +83,12 @@ class Records:
 
 
 def _first_object(path: Path) -> tuple[int, Any]:
-    """The first non-blank line of ``path`` as JSON, and its number."""
+    """The first non-blank line of ``path`` as JSON, and its number (a path that is not a
+    regular file is refused before it is opened: a FIFO would block forever)."""
     try:
+        kind = special_kind(path)
+        if kind is not None:
+            raise ConfigError(f"--from {path}: is {kind}; give the log or trace file")
         with path.open("rb") as fh:
             for number, line in enumerate(fh, start=1):
                 if line.strip():
@@ -152,6 +163,7 @@ def _messages(value: Any, where: str) -> tuple[Message, ...]:
             f"{where}: 'messages' must be a non-empty list of objects with a 'role'; "
             + _REQUEST_FORMAT
         )
+    _as_request(where, messages=value)
     return tuple(value)
 
 
@@ -160,7 +172,24 @@ def _tools(value: Any, where: str) -> tuple[dict[str, Any], ...]:
         return ()
     if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
         raise ConfigError(f"{where}: 'tools' must be a list of objects; {_REQUEST_FORMAT}")
+    _as_request(where, tools=value)
     return tuple(value)
+
+
+def _as_request(
+    where: str, *, messages: list[Any] | None = None, tools: list[Any] | None = None
+) -> None:
+    """The checks of :mod:`agentwarm.chat.request` (what the chat endpoint refuses is not
+    mined either); a :class:`ConfigError` naming the line."""
+    try:
+        if messages is not None:
+            check_depth(messages, "'messages'")
+            chat_messages(messages)
+        if tools is not None:
+            check_depth(tools, "'tools'")
+            check_tools(tools)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}; {_REQUEST_FORMAT}") from None
 
 
 def _ids(value: Any, where: str) -> tuple[int, ...]:

@@ -19,12 +19,23 @@ A **plan** is a JSONL file, one prefix per line, most valuable first::
 
 Plans are reviewable text: :func:`save_plan` writes keys in a fixed order, one line per prefix,
 and :func:`load_plan` names the file, line and field of anything wrong.
+
+A plan line is checked as a chat request is (:mod:`agentwarm.chat.request`, the checks of
+``POST /v1/chat/completions``): nesting at most :data:`~agentwarm.chat.request.MAX_DEPTH` deep,
+roles, content and function tools, so that nothing a real request would be refused for is
+warmed. :func:`load_plan` skips a bad line with one warning naming its line and why (at most
+:data:`MAX_LINE_WARNINGS`, then one with the count) and keeps the rest; a plan none of whose
+lines is usable, or a path that is not a regular file (a FIFO would block the reader forever, a
+device never ends), is a :class:`~agentwarm.errors.ConfigError`, raised before anything is read.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +43,26 @@ from typing import Any
 
 from agentwarm import _jsonfile
 from agentwarm.chat import Message
+from agentwarm.chat.request import chat_messages, check_depth, check_tools
 from agentwarm.errors import ConfigError
 from agentwarm.predictors.store import atomic_write
 
-__all__ = ("Plan", "WarmPrefix", "load_plan", "plan_lines", "save_plan")
+__all__ = (
+    "MAX_LINE_WARNINGS",
+    "Plan",
+    "WarmPrefix",
+    "load_plan",
+    "plan_lines",
+    "save_plan",
+    "special_kind",
+)
+
+#: Most skipped lines of one plan warned about one by one (then one warning with the count).
+MAX_LINE_WARNINGS = 10
+_LINE_FORMAT = (
+    'each line is {"messages": [...], "tools": [...]} or {"input_ids": [...]} with its '
+    '"share", "tokens" and "count" (see agentwarm warmup plan)'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +118,7 @@ class WarmPrefix:
         """Read one plan line's value; ``ValueError`` saying which field is wrong."""
         if not isinstance(data, Mapping):
             raise ValueError("a plan line must be a JSON object")
+        check_depth(data, "the line")
         messages = data.get("messages")
         if messages is not None and (
             not isinstance(messages, list)
@@ -103,6 +131,9 @@ class WarmPrefix:
             not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools)
         ):
             raise ValueError("'tools' must be a list of objects")
+        check_tools(tools)  # as a chat request's: what the server would refuse is not warmed
+        if messages is not None:
+            chat_messages(messages)
         ids = data.get("input_ids")
         if ids is not None and (
             not isinstance(ids, list)
@@ -165,25 +196,61 @@ def save_plan(plan: Plan | Sequence[WarmPrefix], path: Path) -> None:
 
 
 def load_plan(path: Path) -> Plan:
-    """Read a plan; :class:`~agentwarm.errors.ConfigError` naming the file, the line and what is
-    wrong (and how to make one: ``agentwarm warmup plan``)."""
+    """Read a plan: a bad line is skipped with a warning naming the line and why (see the
+    module docstring). :class:`~agentwarm.errors.ConfigError` naming the file (and the line)
+    when the path is not a readable regular file or no line of it is usable."""
+    make = "make one with 'agentwarm warmup plan --from TRACES_OR_LOGS... -o PLAN'"
     try:
+        kind = special_kind(path)
+        if kind is not None:
+            raise ConfigError(
+                f"warm-up plan {path}: is not a regular file ({kind}); give the plan's JSONL "
+                f"file ({make})"
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(
-            f"warm-up plan {path}: cannot read it ({exc.strerror or exc}); "
-            "make one with 'agentwarm warmup plan --from TRACES_OR_LOGS... -o PLAN'"
+            f"warm-up plan {path}: cannot read it ({exc.strerror or exc}); {make}"
         ) from None
     prefixes: list[WarmPrefix] = []
+    problems: list[str] = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             prefixes.append(WarmPrefix.from_json(_jsonfile.loads(line)))
         except ValueError as exc:  # JSONTextError is a ValueError
-            raise ConfigError(
-                f"warm-up plan {path}, line {number}: {exc}; each line is "
-                '{"messages": [...], "tools": [...]} or {"input_ids": [...]} with its '
-                '"share", "tokens" and "count" (see agentwarm warmup plan)'
-            ) from None
+            problems.append(f"line {number}: {exc}")
+    if problems and not prefixes:
+        raise ConfigError(
+            f"warm-up plan {path}: no usable line ({problems[0]}"
+            f"{f', and {len(problems) - 1} more' if len(problems) > 1 else ''}); {_LINE_FORMAT}"
+        )
+    for problem in problems[:MAX_LINE_WARNINGS]:
+        where, _, reason = problem.partition(": ")
+        warnings.warn(f"warm-up plan {path}, {where} skipped: {reason}", UserWarning, stacklevel=2)
+    if len(problems) > MAX_LINE_WARNINGS:
+        warnings.warn(
+            f"warm-up plan {path}: {len(problems)} lines skipped in all "
+            f"(the first {MAX_LINE_WARNINGS} named above)",
+            UserWarning,
+            stacklevel=2,
+        )
     return Plan(tuple(prefixes))
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (``"a directory"``, ``"a FIFO"``, ...),
+    in words; ``None`` for a regular file. Reads only its ``stat`` (never blocks, unlike
+    opening a FIFO); ``OSError`` when there is none."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a plain file")

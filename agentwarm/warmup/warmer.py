@@ -13,9 +13,10 @@ length minus its longest common prefix with the prefixes already sent (the engin
 stores the shared part once). A prefix that would pass the remaining budget is skipped; later,
 smaller ones may still fit.
 
-**Failures.** A worker that fails (unreachable, HTTP error) ends its warm-up with
-:attr:`WarmSummary.error` set; nothing is raised, so :func:`warm_workers` warms the others. A
-prefix the worker refuses as invalid (say, longer than its context) is skipped and logged. On
+**Failures.** A worker that fails (unreachable, HTTP error, no answer within its client's
+timeout) ends its warm-up with :attr:`WarmSummary.error` set; nothing is raised, so
+:func:`warm_workers` warms the others. A prefix the worker refuses as invalid (say, longer than
+its context), or that its chat template cannot render, is skipped and logged once. On
 cancellation the request in flight is aborted, then the cancellation goes on.
 
 **Telemetry.** Every prefix is one ``agentwarm.prefill`` span (workflow ``warmup``, source
@@ -157,7 +158,17 @@ class Warmer:
         if prefix.input_ids is not None:
             ids = list(prefix.input_ids)
         else:
-            ids = self.renderer.prefix_ids(prefix.messages or (), prefix.tools)
+            try:
+                ids = self.renderer.prefix_ids(prefix.messages or (), prefix.tools)
+            except Exception as exc:  # the chat template is the model's code: any error
+                # One line, once (memoized below): the prefix is skipped, the others warmed.
+                log.warning(
+                    "warm-up of %s: a prefix cannot be rendered, skipped (%s: %s)",
+                    self.worker,
+                    type(exc).__name__,
+                    exc,
+                )
+                ids = []
         self._ids[id(prefix)] = (prefix, ids)
         return ids
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,63 @@ def test_a_file_from_before_tenants_loads_with_heads_owned_by_nobody(tmp_path: P
     loaded = load_state(tmp_path, default_predictor)
     assert loaded is not None and len(loaded.heads) == 2 and loaded.tenants == {}
     assert not any(loaded.heads.owns("", h.name) for h in loaded.heads)  # until sent again
+
+
+def _doc(tmp_path: Path) -> dict[str, Any]:
+    save_state(tmp_path, learned())
+    doc: dict[str, Any] = json.loads(state_path(tmp_path).read_text())
+    return doc
+
+
+@pytest.mark.parametrize("value", [1e-320, float("nan"), float("inf")])
+def test_a_state_with_an_unusable_predictor_count_is_refused_naming_the_field(
+    tmp_path: Path, value: float
+) -> None:
+    """Issue 23 item 11: the predictor's counts in the gateway's file are validated as the
+    runtime store's are (a subnormal once made every prediction NaN)."""
+    doc = _doc(tmp_path)
+    table = doc["predictor"]["path"]["contexts"][0][1]
+    table[next(iter(table))] = value
+    state_path(tmp_path).write_text(json.dumps(doc))
+    with pytest.warns(PredictorStateWarning, match=r"field 'path\.contexts\.0\.1\.") as caught:
+        assert load_state(tmp_path, default_predictor) is None
+    assert len(caught) == 1
+    assert len(list(tmp_path.glob("gateway.corrupt-*.json"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "field"),
+    [
+        ("tool_hints", 1e-320, "tool_hints['transfer_to_baggage']"),
+        ("tool_hints", 2**64, "tool_hints['transfer_to_baggage']"),
+        ("shapes", float("nan"), "shapes["),
+        ("shapes", -1, "shapes["),
+    ],
+)
+def test_unusable_shape_and_tool_hint_counts_are_refused_naming_the_field(
+    tmp_path: Path, section: str, value: Any, field: str
+) -> None:
+    doc = _doc(tmp_path)
+    table = next(iter(doc[section].values()))
+    table[next(iter(table))] = value
+    state_path(tmp_path).write_text(json.dumps(doc))
+    with pytest.warns(PredictorStateWarning) as caught:
+        assert load_state(tmp_path, default_predictor) is None
+    (message,) = [str(w.message) for w in caught]
+    assert field in message, message
+
+
+def test_a_non_finite_state_is_not_saved_and_the_old_file_is_kept(tmp_path: Path) -> None:
+    """Issue 23 item 11: never save a non-finite value (the next start would set the file
+    aside and lose everything): refuse, naming the field, and keep the previous file."""
+    from agentwarm.errors import PredictorStateError
+
+    save_state(tmp_path, learned())
+    before = state_path(tmp_path).read_bytes()
+    state = learned()
+    table = next(iter(state.predictor.path._counts.values()))  # type: ignore[attr-defined]
+    table[next(iter(table))] = float("nan")
+    with pytest.raises(PredictorStateError, match=r"path\.contexts.*kept"):
+        save_state(tmp_path, state)
+    assert state_path(tmp_path).read_bytes() == before
+    assert load_state(tmp_path, default_predictor) is not None

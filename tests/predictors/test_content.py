@@ -219,7 +219,7 @@ BAD: dict[str, tuple[Patch, str]] = {
     "unknown field": (lambda s: {"extra": 1}, "field 'extra'"),
     "path refused": (
         lambda s: {"path": {**s["path"], "observations": -1}},
-        "field 'observations'",
+        "field 'path.observations'",
     ),
 }
 

@@ -313,7 +313,7 @@ def test_error_names_the_field_and_value(tmp_path: Path) -> None:
     with pytest.warns(PredictorStateWarning) as record:
         PredictorStore(tmp_path).load("support", nodes=NODES)
     message = str(record[0].message)
-    assert "field 'observations'" in message
+    assert "field 'path.observations'" in message
     assert "an integer of 1329 bits" in message  # not 400 digits echoed back
     assert len(message) < 600
 

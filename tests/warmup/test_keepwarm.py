@@ -266,7 +266,11 @@ def test_warmup_options_are_checked_before_serving(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--ready-file .*does not exist"):
         load_warmup(plan, ready_file=tmp_path / "no" / "ready")
     plan.write_text('{"input_ids": [1]}\n{"input_ids": "x"}\n')
-    with pytest.raises(ConfigError, match="line 2"):
+    with pytest.warns(UserWarning, match="line 2 skipped: 'input_ids' must be"):  # issue 23
+        settings = load_warmup(plan)
+    assert settings is not None and [p.input_ids for p in settings.plan] == [(1,)]
+    plan.write_text('{"input_ids": "x"}\n')
+    with pytest.raises(ConfigError, match=r"no usable line \(line 1: 'input_ids' must be"):
         load_warmup(plan)
 
 
@@ -393,3 +397,33 @@ def test_a_stale_ready_file_is_removed_before_the_server_binds(tmp_path: Path) -
     ready_file.write_text('{"ready": true}\n')  # left by an earlier run
     assert load_warmup(plan, ready_file=ready_file) is not None
     assert not ready_file.exists()
+
+
+async def test_a_recurring_error_logs_its_traceback_once_then_one_line_a_round(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 23 item 12: a failure that recurs every keep-warm round (it once logged a
+    3,000-line traceback every round) has its traceback logged once, then one line a round."""
+    ticks = Ticks()
+    engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)
+    warmer = Scripted(engine, ticks.clock)
+    warmer.fail = RecursionError("maximum recursion depth exceeded")
+    keep = KeepWarm(
+        plan_of([1, 2, 3]), {"local": warmer}, keep_warm_s=10.0, wait=ticks.wait, clock=ticks.clock
+    )
+    try:
+        with caplog.at_level(logging.ERROR, logger="agentwarm.warmup.keepwarm"):
+            keep.start()
+            await keep.warmed.wait()
+            for _ in range(3):
+                await ticks.tick(keep)
+        records = [r for r in caplog.records if r.name == "agentwarm.warmup.keepwarm"]
+        assert len(records) == 4  # the static warm-up and three rounds: one record each
+        assert [r.exc_info is not None for r in records] == [True, False, False, False]
+        assert records[1].getMessage() == (
+            "the keep_warm warm-up of local failed (again): "
+            "RecursionError: maximum recursion depth exceeded"
+        )
+    finally:
+        await keep.aclose()
+        await engine.aclose()

@@ -233,7 +233,7 @@ def test_every_opened_worker_is_closed_when_another_fails_unexpectedly(
     urls = ["http://a:1", "http://b:2"]
     opened: list[Closing] = []
 
-    async def fake_open(url: str, model: str | None, api_key: str | None) -> Engine:
+    async def fake_open(url: str, model: str | None, api_key: str | None, _: float) -> Engine:
         if url == urls[failing]:
             raise RuntimeError("not an engine error")
         opened.append(Closing())
@@ -265,7 +265,7 @@ def test_a_quiet_window_keeps_the_plan_warns_and_still_warms(
     before = plan.read_bytes()
     workers: list[Closing] = []
 
-    async def fake_open(url: str, model: str | None, api_key: str | None) -> Engine:
+    async def fake_open(url: str, model: str | None, api_key: str | None, _: float) -> Engine:
         workers.append(Closing())
         return workers[-1]
 
@@ -299,7 +299,7 @@ def test_a_refreshed_plan_that_cannot_be_rendered_does_not_replace_the_plan(
         lambda _: httpx.Response(200, json={"model_path": "org/remote-model"})
     )
 
-    async def fake_open(url: str, model: str | None, api_key: str | None) -> Engine:
+    async def fake_open(url: str, model: str | None, api_key: str | None, _: float) -> Engine:
         return SGLangEngine(url, tokenizer="byte", transport=unknown)
 
     monkeypatch.setattr(run_command, "_open", fake_open)

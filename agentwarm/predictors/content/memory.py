@@ -26,6 +26,7 @@ import numpy as np
 __all__ = (
     "BITS",
     "FLOOR",
+    "MAX_POWER",
     "SAME_PREVIOUS",
     "ExampleMemory",
     "crc",
@@ -38,6 +39,10 @@ __all__ = (
 FLOOR = 0.01
 #: Similarity bonus of an example whose previous node is the same as the query's.
 SAME_PREVIOUS = 1.2
+
+#: Largest ``power`` of the similarity votes (a similarity of up to 1.2 raised to more
+#: overflows a float long before this matters to the ranking).
+MAX_POWER = 64.0
 
 #: Bits of a word mask.
 BITS = 4096
@@ -64,8 +69,10 @@ class ExampleMemory:
     """Bounded nearest-neighbour memory of ``(previous, words, next)`` per current node."""
 
     def __init__(self, *, per_node: int = 1024, k: int = 10, power: float = 3.0) -> None:
-        if per_node < 1 or k < 1 or power <= 0:
-            raise ValueError("ExampleMemory needs per_node >= 1, k >= 1 and power > 0")
+        if per_node < 1 or k < 1 or not 0 < power <= MAX_POWER:
+            raise ValueError(
+                f"ExampleMemory needs per_node >= 1, k >= 1 and 0 < power <= {MAX_POWER}"
+            )
         self.per_node = per_node
         self.k = k
         self.power = power

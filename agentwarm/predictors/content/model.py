@@ -37,6 +37,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from agentwarm.predictors import _serial
 from agentwarm.predictors.base import rank
 from agentwarm.predictors.content import features, serial
 from agentwarm.predictors.content.memory import ExampleMemory
@@ -163,12 +164,15 @@ class ContentPredictor:
         previous = path[-2] if len(path) > 1 else "^"
         votes = self.memory.votes(path[-1], previous, features.memory_words(context))
         log_memory = np.log(self.memory.distribution(votes, names))
-        score = self.offsets[0] * log_path + self.offsets[1] * log_memory
-        summed = self._weights[rows].sum(axis=0) if rows else None
-        if summed is not None and len(self._classes):
-            learned = [(i, self._classes[n]) for i, n in enumerate(names) if n in self._classes]
-            for i, column in learned:
-                score[i] += float(summed[column])
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: handled below
+            score = self.offsets[0] * log_path + self.offsets[1] * log_memory
+            summed = self._weights[rows].sum(axis=0) if rows else None
+            if summed is not None and len(self._classes):
+                learned = [(i, self._classes[n]) for i, n in enumerate(names) if n in self._classes]
+                for i, column in learned:
+                    score[i] += float(summed[column])
+        if not np.isfinite(score).all():  # absurd weights or offsets: the path experts alone
+            score = log_path
         score = score - score.max()
         probs = np.exp(score)
         return probs / probs.sum(), log_path, log_memory, rows
@@ -209,8 +213,9 @@ class ContentPredictor:
         if isinstance(data, Mapping) and data.get("kind") == MarkovPredictor.kind:
             return cls(path=MarkovPredictor.from_dict(data))
         state = serial.parse(data)
+        path = _serial.parse(_serial.MarkovState, state.path, serial.WHAT, at="path")
         model = cls(
-            path=MarkovPredictor.from_dict(state.path),
+            path=MarkovPredictor.from_state(path),
             buckets=state.buckets,
             max_classes=state.max_classes,
             learning_rate=state.learning_rate,

@@ -16,10 +16,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from agentwarm.predictors import _serial
-from agentwarm.predictors.content.memory import ExampleMemory, decode_mask
+from agentwarm.predictors.content.memory import MAX_POWER, ExampleMemory, decode_mask
 
 __all__ = ("ContentState", "decode_weights", "encode_weights", "memory_of", "parse")
 
+#: What the messages of refused state call it.
+WHAT = "content predictor state"
 #: Most buckets accepted (the default is 16,384).
 MAX_BUCKETS = 1 << 22
 #: Most examples in a saved memory.
@@ -37,7 +39,7 @@ class MemoryState(BaseModel):
 
     per_node: Int
     k: Int
-    power: Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+    power: Annotated[float, Strict(), Field(gt=0, le=MAX_POWER, allow_inf_nan=False)]
     examples: Annotated[list[Example], Field(max_length=MAX_EXAMPLES)]
 
     @model_validator(mode="after")
@@ -130,4 +132,4 @@ def memory_of(state: ContentState) -> ExampleMemory:
 
 def parse(data: Mapping[str, Any]) -> ContentState:
     """``data`` validated as a saved content predictor; ``ValueError`` naming the field."""
-    return _serial.parse(ContentState, data, "content predictor state")
+    return _serial.parse(ContentState, data, WHAT)

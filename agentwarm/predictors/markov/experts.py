@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agentwarm.predictors._serial import MIN_NORMAL
+
 __all__ = ("Context", "Table", "count", "entries", "from_entries")
 
 Context = tuple[str, ...]
@@ -28,8 +30,11 @@ def count(
     max_contexts: int | None,
 ) -> None:
     """Count ``next_node`` after each of ``contexts``, decaying its counts first (those below
-    ``min_count`` go); the context moves to the end of ``tables`` (most recently observed last)
-    and the least recently observed one goes past ``max_contexts``."""
+    ``min_count`` go, and so do those decayed below the smallest normal float, whatever
+    ``min_count``: a subnormal count is never kept, saved or divided by); the context moves
+    to the end of ``tables`` (most recently observed last) and the least recently observed
+    one goes past ``max_contexts``."""
+    floor = max(min_count, MIN_NORMAL)
     for context in contexts:
         table = tables.pop(context, None)
         if table is None:
@@ -37,8 +42,8 @@ def count(
         elif decay < 1.0:
             for name in table:
                 table[name] *= decay
-            if table and min(table.values()) < min_count:
-                for name in [name for name, c in table.items() if c < min_count]:
+            if table and min(table.values()) < floor:
+                for name in [name for name, c in table.items() if c < floor]:
                     del table[name]
         table[next_node] = table.get(next_node, 0.0) + 1.0
         tables[context] = table

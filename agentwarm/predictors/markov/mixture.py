@@ -9,15 +9,21 @@ with counts ``c`` over the support enters the blend as ``(sum(c) + e, keep)`` (a
 the product of all ``keep`` and ``coef_j = 1 / (sum(c_j) + e_j)`` times the ``keep`` of the
 more specific tables. The sums run in the same order as the step-by-step blend
 ``P <- (c + e * P) / (sum(c) + e)``, so the results are the same to the last bit.
+
+Divisions are guarded: a table whose ``sum(c) + e`` is not a finite normal float (an
+overflowing ``backoff``, counts decayed towards zero) is left out as if it counted nothing,
+so every coefficient stays finite and no prediction or weight is ever NaN.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentwarm.predictors import _features
+from agentwarm.predictors._serial import MIN_NORMAL
 from agentwarm.predictors.markov.experts import Context, Table
 
 __all__ = ("Blend", "Step", "all_blends", "blends", "mix", "posterior", "prepare")
@@ -90,11 +96,7 @@ def all_blends(step: Step, backoff: float) -> list[Blend]:
             for c in table.values():
                 total += c
                 escape += c if c < 1.0 else 1.0
-            if total > 0.0:
-                escape = backoff * escape
-                out.append((total + escape, escape / (total + escape)))
-            else:
-                out.append(None)
+            out.append(_blend(total, escape, backoff))
         step.blends = out
     return step.blends
 
@@ -113,12 +115,21 @@ def blends(step: Step, allowed: Mapping[str, Any], backoff: float) -> list[Blend
             if name in allowed:
                 total += c
                 escape += c if c < 1.0 else 1.0
-        if total > 0.0:
-            escape = backoff * escape
-            out.append((total + escape, escape / (total + escape)))
-        else:
-            out.append(None)
+        out.append(_blend(total, escape, backoff))
     return out
+
+
+def _blend(total: float, escape: float, backoff: float) -> Blend:
+    """The blend of a table counting ``total`` with ``escape`` distinct-name mass; ``None``
+    when it counts nothing, or when ``total + backoff * escape`` is not a finite normal float
+    (dividing by it would overflow)."""
+    if not total > 0.0:
+        return None
+    escape = backoff * escape
+    norm = total + escape
+    if not MIN_NORMAL <= norm < math.inf:
+        return None
+    return (norm, escape / norm)
 
 
 def mix(
@@ -167,8 +178,9 @@ def posterior(
 ) -> list[float]:
     """The weights after seeing ``next_node``: each multiplied by its expert's probability of
     ``next_node`` over a support of ``support_size`` nodes (every node seen so far and
-    ``next_node``), normalised, then a fraction ``share`` spread evenly. ``weights`` itself if
-    no expert gave ``next_node`` any probability."""
+    ``next_node``), normalised, then a fraction ``share`` spread evenly (a subnormal weight is
+    0). ``weights`` itself if no expert gave ``next_node`` any probability (or their sum is
+    not a finite normal float)."""
     every = all_blends(step, backoff)
     counts = [table.get(next_node, 0.0) for table in step.tables]
     likelihoods = []
@@ -186,6 +198,7 @@ def posterior(
     products = [w * p for w, p in zip(weights, likelihoods, strict=True)]
     total = sum(products)
     k = len(products)
-    if total > 0.0:
-        return [(1 - share) * p / total + share / k for p in products]
+    if MIN_NORMAL <= total < math.inf:
+        out = [(1 - share) * p / total + share / k for p in products]
+        return [w if w >= MIN_NORMAL else 0.0 for w in out]  # no subnormal weight is kept
     return weights

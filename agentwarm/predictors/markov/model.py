@@ -300,7 +300,11 @@ class MarkovPredictor:
         ``max_contexts``, ``weights``, ``recent_contexts``, ``feature_contexts``), as written
         before they existed, is a plain Markov model without a context bound.
         """
-        state = _serial.parse(_serial.MarkovState, data)
+        return cls.from_state(_serial.parse(_serial.MarkovState, data))
+
+    @classmethod
+    def from_state(cls, state: _serial.MarkovState) -> Self:
+        """Rebuild from validated state (:meth:`from_dict` validates it first)."""
         model = cls(
             state.max_order,
             half_life=state.half_life,
