@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentwarm._spec import END, START, PrefetchKind, PrefetchOutcome
+from agentwarm._spec import END, START, PrefetchOutcome
 from agentwarm.chat import Message
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.autosave import SAVE_INTERVAL_S, Autosave
@@ -51,20 +51,19 @@ from agentwarm.gateway.heads import Head
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step, figures
-from agentwarm.gateway.sessions import SessionTracker, chain, extend, session_of_hint
+from agentwarm.gateway.sessions import SessionTracker, chain, extend
 from agentwarm.gateway.state import GatewayState, encode_state, load_state
 from agentwarm.gateway.tenants import TenantModels
 from agentwarm.gateway.tracing import GatewayTracer
 from agentwarm.gateway.types import ChatCall, Reply
 from agentwarm.gateway.upstream import Upstream
+from agentwarm.gateway.warm import prefill_warm
 from agentwarm.predictors import Predictor, StepContext, default_predictor
 from agentwarm.predictors.context import observe_with, predict_with
 from agentwarm.runtime.admission import Admission, Limits, Ticket
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.spend import choose
-from agentwarm.server.chat_protocol import chat_completion, usage
-from agentwarm.warmup.explicit import traced_prefill
 
 __all__ = ("WINDOW", "Learner", "Prefetch", "Step")
 
@@ -211,36 +210,14 @@ class Learner:
         self._prefetch(sid, session)
 
     async def warm(self, call: ChatCall) -> dict[str, Any] | None:
-        """An explicit warm (``max_tokens: 0``): the stable part of its prompt prefilled now at
-        speculative priority on the session's worker, traced as ``agentwarm.warm``'s are (one
-        ``explicit`` prefill span, :func:`~agentwarm.warmup.explicit.traced_prefill`, its
-        target the node); the reply holds only ``usage`` (its ``cached_tokens``: what the
-        upstream already had). ``None`` (forward it) without a renderer. An upstream failure
-        raises (the app forwards the request instead), as does a prompt too long for the model
-        (``ContextLengthExceeded``, a 400: see :mod:`~agentwarm.gateway.prompts`)."""
+        """An explicit warm (``max_tokens: 0``), prefilled in its tenant's namespace on the
+        worker its session's live requests go to (:func:`~agentwarm.gateway.warm.
+        prefill_warm`); ``None`` (forward it) without a renderer or with invalid salts."""
         tenant = call.tenant
         if self.renderer is None or tenant is None:
             return None
         head, conversation = self._identify(call, tenant.tag)
-        ids = await self.renderer.prompt_ids(head, conversation, refuse=True)
-        hint = call.session_hint
-        session = session_of_hint(hint, tenant.tag) if hint else None  # as a live one
-        worker = self.upstream.worker_for(session, call.rid)
-        result = await traced_prefill(
-            len(ids),
-            lambda: self.upstream.prefill(
-                worker, ids, rid=call.rid, session=session, namespace=tenant.namespace
-            ),
-            abort=lambda: self.upstream.abort(worker, call.rid),
-            kind=PrefetchKind.EXPLICIT,
-            session=session,
-            target=head.name,
-        )
-        model = str(call.body.get("model") or "")
-        used = usage(len(ids), 0, result.cached_tokens)
-        return chat_completion(
-            call.rid, model, content=None, tool_calls=[], finish_reason=None, usage_=used, warm=True
-        )
+        return await prefill_warm(call, head, conversation, tenant, self.renderer, self.upstream)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -14,19 +14,36 @@ Rules, the same as ``agentwarm serve``'s chat endpoint (:mod:`agentwarm.server.r
   sent as serve streams a warm request: one ``chat.completion.chunk`` with that usage and no
   choices, then ``data: [DONE]``.
 * Routing is the live requests' rule (the learner's: the session id a live request with the
-  same hints gets, the same worker and ``X-SMG-Routing-Key``).
+  same hints and tenant gets, the same worker and ``X-SMG-Routing-Key``), and the prefill goes to
+  the tenant's namespace (:func:`prefill_warm`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from agentwarm.server.chat_protocol import ChatRequest, chat_chunk, parse_chat_request
+from agentwarm._spec import PrefetchKind
+from agentwarm.chat import Message
+from agentwarm.gateway.heads import Head
+from agentwarm.gateway.prompts import Renderer
+from agentwarm.gateway.sessions import session_of_hint
+from agentwarm.gateway.tenants import Tenant
+from agentwarm.gateway.types import ChatCall
+from agentwarm.gateway.upstream import Upstream
+from agentwarm.server.chat_protocol import (
+    ChatRequest,
+    chat_chunk,
+    chat_completion,
+    parse_chat_request,
+    usage,
+)
 from agentwarm.server.sse import sse
+from agentwarm.warmup.explicit import traced_prefill
 
-__all__ = ("warm_reply", "warm_request")
+__all__ = ("prefill_warm", "warm_reply", "warm_request")
 
 _LIMITS = ("max_tokens", "max_completion_tokens")
 
@@ -55,4 +72,40 @@ def warm_reply(request: ChatRequest, rid: str, completion: dict[str, Any]) -> Re
         sse(chunk) + b"data: [DONE]\n\n",
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def prefill_warm(
+    call: ChatCall,
+    head: Head,
+    conversation: Sequence[Message],
+    tenant: Tenant,
+    renderer: Renderer,
+    upstream: Upstream,
+) -> dict[str, Any]:
+    """Prefill the stable part of a warm request's prompt now, at speculative priority, in
+    ``tenant``'s namespace, on the worker a live request of its session goes to; traced as
+    ``agentwarm.warm``'s are (one ``explicit`` prefill span, :func:`~agentwarm.warmup.explicit.
+    traced_prefill`, its target the node). The reply holds only ``usage`` (its
+    ``cached_tokens``: what the upstream already had). An upstream failure raises (the app
+    forwards the request instead), as does a prompt too long for the model
+    (``ContextLengthExceeded``, a 400: see :mod:`~agentwarm.gateway.prompts`)."""
+    ids = await renderer.prompt_ids(head, conversation, refuse=True)
+    hint = call.session_hint
+    session = session_of_hint(hint, tenant.tag) if hint else None  # as a live one
+    worker = upstream.worker_for(session, call.rid)
+    result = await traced_prefill(
+        len(ids),
+        lambda: upstream.prefill(
+            worker, ids, rid=call.rid, session=session, namespace=tenant.namespace
+        ),
+        abort=lambda: upstream.abort(worker, call.rid),
+        kind=PrefetchKind.EXPLICIT,
+        session=session,
+        target=head.name,
+    )
+    model = str(call.body.get("model") or "")
+    used = usage(len(ids), 0, result.cached_tokens)
+    return chat_completion(
+        call.rid, model, content=None, tool_calls=[], finish_reason=None, usage_=used, warm=True
     )

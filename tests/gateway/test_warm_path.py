@@ -137,12 +137,14 @@ class Recorder(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+@pytest.mark.parametrize("salt", [None, "tenant-a"])
 async def test_a_warm_request_meets_its_sessions_live_requests(
-    workers: list[ServeProcess], tmp_path: Path
+    workers: list[ServeProcess], tmp_path: Path, salt: str | None
 ) -> None:
     """Hints that sanitizing changes (a space, an ``@``): the warm request of each of at least 8
     sessions (more until both workers served one: ports, so the ring, vary per run) reaches the
-    worker its live request reaches, with the same routing key."""
+    worker its live request reaches, with the same routing key; with a ``cache_salt`` too (the
+    tenant's session id, ``hint~tag``, routes both)."""
     recorder = Recorder()
     upstream = Upstream([w.url for w in workers], transport=recorder)
     renderer = Renderer(ChatRenderer(ByteTokenizer().encode, FALLBACK))
@@ -151,6 +153,7 @@ async def test_a_warm_request_meets_its_sessions_live_requests(
     app = create_gateway_app(upstream, learner, GatewayConfig())
     transport = httpx.ASGITransport(app=app)
     seen: dict[str, tuple[list[Any], list[Any]]] = {}
+    salted = {"cache_salt": salt} if salt else {}
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         for i in range(64):
             workers_seen = {sent[0][0] for sent, _ in seen.values()}
@@ -161,14 +164,14 @@ async def test_a_warm_request_meets_its_sessions_live_requests(
             start = len(recorder.sent)
             warm = await http.post(
                 CHAT,
-                json={"model": "any", "messages": messages, "max_tokens": 0},
+                json={"model": "any", "messages": messages, "max_tokens": 0, **salted},
                 headers={SESSION_HEADER: hint},
             )
             assert warm.status_code == 200 and warm.json()["choices"] == []
             middle = len(recorder.sent)
             live = await http.post(
                 CHAT,
-                json={"model": "any", "messages": messages, "max_tokens": 2},
+                json={"model": "any", "messages": messages, "max_tokens": 2, **salted},
                 headers={SESSION_HEADER: hint},
             )
             assert live.status_code == 200
@@ -181,5 +184,6 @@ async def test_a_warm_request_meets_its_sessions_live_requests(
         (warm_worker, _, warm_key), (live_worker, _, live_key) = warmed[0], lived[0]
         assert (warm_worker, warm_key) == (live_worker, live_key), hint
         assert live_key is not None and " " not in live_key and "@" not in live_key
+        assert ("~" in live_key) == (salt is not None), live_key  # the tenant's own session
     # Both workers served sessions: the ring was put to the test.
     assert {sent[0][0] for sent, _ in seen.values()} == {w.url for w in workers}
