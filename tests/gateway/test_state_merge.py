@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from agentwarm._spec import START
@@ -31,6 +32,9 @@ from agentwarm.predictors import (
     PredictorStateWarning,
     default_predictor,
 )
+from tests.conftest_server import GatewayProcess, serve
+from tests.gateway.test_shutdown import _learn, _saved_nodes
+from tests.waiting import wait_until
 
 SUPERVISOR = "You are the supervisor of an airline support team."
 SPECIALISTS = {
@@ -276,3 +280,30 @@ def test_two_heads_named_alike_by_two_gateways_are_both_kept(
             f"refund-{v2.key[:6]}": v2.key,
         }
     )
+
+
+def test_two_gateway_processes_on_one_state_dir_keep_both_learnings(tmp_path: Path) -> None:
+    """Two real gateways, saving every 0.2 s into one dir, each taught other nodes: the file
+    comes to hold all of them while both run, and a restart after both stopped (each saved at
+    shutdown, in whichever order) knows all of them."""
+    state = tmp_path / "state"
+    with serve() as worker:
+        args = ["--upstream", worker.url, "--model", "tiny-bytes", "--state-dir", str(state)]
+        first = GatewayProcess([*args, "--save-interval", "0.2"])
+        second = GatewayProcess([*args, "--save-interval", "0.2"])
+        try:
+            _learn(first.url, ["planner", "coder"])
+            wait_until(lambda: _saved_nodes(state_path(state)) == 2, what="first's 2 nodes")
+            _learn(second.url, ["reviewer", "tester"])
+            wait_until(lambda: _saved_nodes(state_path(state)) == 4, what="both's 4 nodes")
+            _learn(first.url, ["writer"])
+            wait_until(lambda: _saved_nodes(state_path(state)) == 5, what="all 5 nodes")
+        finally:
+            first.stop()
+            second.stop()
+        third = GatewayProcess(args)
+        try:
+            stats = httpx.get(f"{third.url}/v1/agentwarm/stats", timeout=10).json()
+        finally:
+            third.stop()
+    assert stats["nodes"] == 5
