@@ -5,7 +5,8 @@ periodic save (the last writer won). A save now re-reads the file under the lock
 what is on disk plus what this gateway learned since it loaded or last saved, as the runtime's
 predictor store does (tests/predictors/test_store_concurrency.py): transitions merged by the
 predictor, shapes and tool-hint counts added, heads united by key with their owners, each
-tenant's learning by tag. Driven through the learner's hooks, as the gateway app calls them.
+tenant's learning by tag. Driven through the learner's hooks, as the gateway app calls them,
+and through two real ``agentwarm gateway`` processes saving periodically into one dir.
 """
 
 from __future__ import annotations
