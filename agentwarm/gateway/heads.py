@@ -39,7 +39,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentwarm._spec import END, START
@@ -251,6 +251,21 @@ class HeadRegistry:
             for tag in _owners_from(raw.get("owners", []), f"{where}: heads[{i}].owners"):
                 registry._own(head.key, tag)
         return registry
+
+    def absorb(self, head: Head, owners: Sequence[str]) -> Head:
+        """Take ``head`` and its ``owners`` (tags) from another registry, as if identified here
+        (a merge of two gateways' saves): a known key keeps its name here, a new one is
+        registered under its name or, when another key holds that name, a free form of it
+        (as :meth:`identify` names); either becomes the most recent, the bound applies."""
+        known = self._heads.get(head.key)
+        if known is None:
+            known = replace(head, name=self._free_name(head.name, head.key))
+            self._add(known)
+        else:
+            self._heads.move_to_end(head.key)
+        for tag in owners:
+            self._own(head.key, tag)
+        return known
 
     def _add(self, head: Head, *, restoring: bool = False) -> None:
         if restoring:

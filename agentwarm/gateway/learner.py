@@ -52,7 +52,7 @@ from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, classify, expected_conversation
 from agentwarm.gateway.records import Prefetch, Step, figures
 from agentwarm.gateway.sessions import SessionTracker, chain, extend
-from agentwarm.gateway.state import GatewayState, encode_state, load_state
+from agentwarm.gateway.state import GatewayState, load_state
 from agentwarm.gateway.tenants import TenantModels
 from agentwarm.gateway.tracing import GatewayTracer
 from agentwarm.gateway.types import ChatCall, Reply
@@ -122,7 +122,7 @@ class Learner:
         self._tasks: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.sessions_seen = 0
-        self._autosave = Autosave(state_dir, self._encoded, save_interval_s) if state_dir else None
+        self._autosave = Autosave(state_dir, self._state, save_interval_s) if state_dir else None
         if self._autosave is not None:
             self._autosave.start()  # built outside a running loop: saved at aclose only
 
@@ -252,11 +252,9 @@ class Learner:
         if self._autosave is not None:
             self._autosave.save()
 
-    def _encoded(self) -> bytes:
-        state = GatewayState(
-            self.heads, self.predictor, self.shapes, self.tool_hints, self.models.tenants()
-        )
-        return encode_state(state)
+    def _state(self) -> GatewayState:
+        tenants = self.models.tenants()
+        return GatewayState(self.heads, self.predictor, self.shapes, self.tool_hints, tenants)
 
     def _identify(self, call: ChatCall, tag: str) -> tuple[Head, list[Message]]:
         return self.heads.identify(call.messages, call.tools, hint=call.node_hint, tenant=tag)
