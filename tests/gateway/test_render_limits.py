@@ -5,6 +5,7 @@ is rendered (400 naming the limit and the fix)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -180,4 +181,32 @@ async def test_a_prefetch_too_big_for_the_context_is_skipped_with_one_log_line(
     skipped = sorted(r.getMessage().split(" not prefetched: ")[0] for r in caplog.records)
     assert skipped == ["node you-are-the-specialist", "node you-are-the-supervisor"]  # one each
     assert all("prompt of 900" in r.getMessage() for r in caplog.records)
+    await learner.aclose()
+
+
+async def test_a_small_prompt_is_prefetched_before_the_clients_next_request() -> None:
+    """A client that sends its next request as soon as a reply ends (LangGraph's handoffs)
+    finds the prefetch of a small prompt already sent: it is rendered at once, not in a render
+    thread whose result could come after the next request (then the prefetch is abandoned)."""
+    upstream = StubUpstream()
+    renderer = Renderer(ChatRenderer(ByteTokenizer().encode, FALLBACK, max_context=100_000))
+    learner = Learner(upstream, renderer)  # type: ignore[arg-type]
+    supervisor = {"role": "system", "content": "You are the supervisor: route every question."}
+    specialist = {"role": "system", "content": "You are the specialist: answer the question."}
+    reply = {"role": "assistant", "content": "Transferring you."}
+    for i in range(3):  # the transition supervisor -> specialist is learned, then predicted
+        session, user = f"s{i}", {"role": "user", "content": f"Where is bag {i}?"}
+        first = ChatCall({"messages": [supervisor, user]}, rid=f"{session}-1", session_hint=session)
+        await learner.on_request(first)
+        before = len(learner._prefetches)
+        await learner.on_response(first, Reply(200, reply))
+        await asyncio.sleep(0)  # one turn of the loop: what runs before the next request is read
+        if i > 0:
+            assert len(learner._prefetches) > before, i  # sent, not waiting on a thread
+        second = ChatCall(
+            {"messages": [specialist, user, reply]}, rid=f"{session}-2", session_hint=session
+        )
+        await learner.on_request(second)
+        await learner.drain()
+    assert learner.stats()["prefetch_hits"] == 2
     await learner.aclose()
