@@ -8,10 +8,11 @@ and the live gate :mod:`~agentwarm.engines.vllm.flights`. HTTP is the SGLang cli
 * Every request is a streamed token-id ``/v1/completions``; ``ttft_s`` is client-side.
 * vLLM has no prefill-only request (``max_tokens: 0`` is a 400): a prefill is a ``max_tokens:
   1`` request whose token is discarded. A speculative prefill longer than
-  ``prefill_chunk_tokens`` is sent **in chunks** (block-aligned prompts, each extending the
-  cached prefix by at most that many tokens), the next one only when no live request of this
-  engine is waiting for its first token: vLLM never preempts a running prefill, so a live
-  request waits behind at most one chunk. A live-priority prefill is one request.
+  ``prefill_chunk_tokens`` is sent **in chunks** (prompts of whole KV blocks + 1 token, each
+  extending the cached prefix by at most that many tokens:
+  :func:`~agentwarm.engines.vllm.flights.next_chunk_end`), the next one only when no live
+  request of this engine is waiting for its first token: vLLM never preempts a running
+  prefill, so a live request waits behind at most one chunk. A live-priority prefill is one request.
 * An abort cancels the request's HTTP stream (vLLM aborts a request whose client disconnects)
   and stops a chunked prefill between chunks. An aborted prefill returns ``status=ABORTED`` with
   the chunks already computed counted; an aborted ``generate`` raises
@@ -163,37 +164,32 @@ class VLLMEngine(Engine):
         ``status=ABORTED`` with the tokens of the chunks already done as computed."""
         check_context(len(ids), self.max_context)
         wire = list(ids[: self.max_context - 1])  # room for the one discarded token
-        chunk = self.prefill_chunk_tokens
-        chunked = chunk is not None and params.priority < Priority.LIVE
-        cached: int | None = None
-        done = 0
+        chunked = self.prefill_chunk_tokens is not None and params.priority < Priority.LIVE
+        cached = done = 0  # served from the cache beyond our own chunks; cached whole so far
+        request = GenerateParams(
+            max_tokens=1, priority=params.priority, rid=params.rid, namespace=params.namespace
+        )
         with self._flights.tracking(params.rid) as flight:
             while done < len(wire):
-                end = next_chunk_end(done, len(wire), block=self.block_size, chunk=chunk or 0)
-                if not chunked:
-                    end = len(wire)
+                end = len(wire)
                 if chunked:
+                    chunk = self.prefill_chunk_tokens or 0
+                    end = next_chunk_end(done, end, block=self.block_size, chunk=chunk)
                     await self._live.idle()
                 if flight.aborted:
                     break
-                request = GenerateParams(
-                    max_tokens=1,
-                    priority=params.priority,
-                    rid=params.rid,
-                    namespace=params.namespace,
-                )
                 try:
                     final = await self._run(wire[:end], request, flight, live=False)
                 except RequestAborted:
                     break
-                hit = self._cached(final)
-                cached = hit if cached is None else cached
-                done = end
-        cached = cached or 0
-        computed = max(0, done - cached) + (len(ids) - len(wire) if done == len(wire) else 0)
+                cached += max(0, self._cached(final) - done)
+                done = end if end == len(wire) else end - 1
         status = PrefillStatus.DONE if done == len(wire) else PrefillStatus.ABORTED
-        prompt = len(ids) if status is PrefillStatus.DONE else cached + computed
-        self._counters.finished(prompt, cached, computed, aborted=status is PrefillStatus.ABORTED)
+        reached = len(ids) if status is PrefillStatus.DONE else done
+        computed = max(0, reached - cached)
+        self._counters.finished(
+            cached + computed, cached, computed, aborted=status is PrefillStatus.ABORTED
+        )
         return PrefillResult(params.rid, len(ids), cached, computed, status)
 
     async def generate_with(self, ids: Sequence[int], params: GenerateParams) -> Completion:

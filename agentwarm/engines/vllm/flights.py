@@ -93,9 +93,12 @@ class LiveGate:
 
 
 def next_chunk_end(done: int, total: int, *, block: int, chunk: int) -> int:
-    """Where the next request of a chunked prefill of ``total`` ids ends, ``done`` of them
-    computed: ``chunk`` more tokens rounded down to a whole block (at least one block), and
-    never past ``total``. Every end but the last is block-aligned, so each request's KV is
-    cached whole and the next request reuses all of it."""
-    end = (done + max(chunk, block)) // block * block
-    return min(total, max(end, done + 1))
+    """Where the next request of a chunked prefill of ``total`` ids ends, the first ``done``
+    (a whole number of blocks) cached: ``chunk`` more tokens rounded down to whole blocks (at
+    least one), **plus one token**, and never past ``total``.
+
+    vLLM recomputes the last token of a prompt even when it is cached, and caches whole blocks
+    only: a request of ``m`` blocks + 1 token caches all ``m`` blocks, and the next request
+    reuses them and recomputes just that one token (a block-aligned end would make it recompute
+    a whole block)."""
+    return min(total, (done + max(chunk, block)) // block * block + 1)
