@@ -179,3 +179,15 @@ async def test_aclose_is_idempotent_and_final(engine: VLLMEngine) -> None:
     with pytest.raises(EngineUnavailable):
         await engine.generate(prompt(20), max_tokens=1)
     await asyncio.sleep(0)
+
+
+async def test_the_engine_option_names_a_vllm_server(vllm_url: str) -> None:
+    from agentwarm.engines.registry import open_engine
+
+    engine = await open_engine(f"vllm:{vllm_url}", "tiny")
+    try:
+        assert isinstance(engine, VLLMEngine) and engine.max_context == 8192
+        out = await engine.generate(engine.encode("The capital of France is"), max_tokens=3)
+        assert "Paris" in out.text
+    finally:
+        await engine.aclose()
