@@ -6,9 +6,9 @@ are prefilled into the engine's prefix cache so their time-to-first-token shrink
 suffix.
 
 The engines (:class:`FakeEngine`, :class:`LocalEngine`, :class:`SGLangEngine`,
-:class:`VLLMEngine`, :class:`MultiWorkerEngine`) and the explicit warms (:func:`warm`, :class:`Debouncer`) are
-imported on first use (PEP 562), so ``import agentwarm`` imports neither torch nor an HTTP
-client. Types for writing an engine (``Engine``, ``Completion``,
+:class:`VLLMEngine`, :class:`MultiWorkerEngine`) and the explicit warms (:func:`warm`,
+:class:`Debouncer`) are imported on first use (PEP 562), so ``import agentwarm`` imports
+neither torch nor an HTTP client. Types for writing an engine (``Engine``, ``Completion``,
 ``PrefillResult``, ``Priority``) are in :mod:`agentwarm.engines`; ``NodeSpec`` is what
 :func:`node` returns.
 """
