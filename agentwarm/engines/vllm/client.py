@@ -5,7 +5,9 @@ The wire format is :mod:`~agentwarm.engines.vllm.protocol`; errors
 and the live gate :mod:`~agentwarm.engines.vllm.flights`. HTTP is the SGLang client's
 :class:`~agentwarm.engines.sglang.connection.Connection`. Rules this client keeps:
 
-* Every request is a streamed token-id ``/v1/completions``; ``ttft_s`` is client-side.
+* Every request is a streamed token-id ``/v1/completions``; ``ttft_s`` is client-side. The
+  text is this client's decoding of the token ids (vLLM's own may differ where an id ends
+  mid-character), so that ``Completion.text == decode(token_ids)``.
 * vLLM has no prefill-only request (``max_tokens: 0`` is a 400): a prefill is a ``max_tokens:
   1`` request whose token is discarded. A speculative prefill longer than
   ``prefill_chunk_tokens`` is sent **in chunks** (prompts of whole KV blocks + 1 token, each
@@ -205,13 +207,19 @@ class VLLMEngine(Engine):
         """Tokens as they arrive; the last chunk carries the :class:`Completion`. Closing the
         iterator early closes the connection, which makes vLLM abort the request."""
         check_context(len(ids), self.max_context, max_tokens=params.max_tokens)
+        out: list[int] = []
+        shown = ""  # the text yielded so far: a prefix of decode(out) (see _text)
         with self._flights.tracking(params.rid) as flight:
             async for piece in self._pieces(list(ids), params, flight, live=True):
                 if isinstance(piece, Final):
-                    completion = self._completion(ids, params, piece)
-                    yield StreamChunk((), "", completion)
+                    text = self.decode(piece.token_ids)
+                    completion = self._completion(ids, params, piece, text)
+                    yield StreamChunk((), text[len(shown) :], completion)
                 else:
-                    yield StreamChunk(tuple(piece[0]), piece[1])
+                    out.extend(piece[0])
+                    new = self._text(out, shown)
+                    shown += new
+                    yield StreamChunk(tuple(piece[0]), new)
 
     async def abort(self, rid: str) -> None:
         """Cancel the request(s) of ``rid`` (vLLM aborts on disconnect); unknown rids are
@@ -321,16 +329,27 @@ class VLLMEngine(Engine):
             return 0
         return cached
 
-    def _completion(self, ids: Sequence[int], params: GenerateParams, final: Final) -> Completion:
+    def _text(self, out: Sequence[int], shown: str) -> str:
+        """The new text of the ids ``out`` after ``shown``: held back while the decoded text
+        ends in a partial character (U+FFFD) or would rewrite what was shown, so that the
+        chunks' texts add up to ``decode(token_ids)``, the completion's text."""
+        text = self.decode(out)
+        if text.endswith("\ufffd") or not text.startswith(shown):
+            return ""
+        return text[len(shown) :]
+
+    def _completion(
+        self, ids: Sequence[int], params: GenerateParams, final: Final, text: str
+    ) -> Completion:
         prompt, cached = final.usage.prompt_tokens, self._cached(final)
         self._counters.finished(prompt, cached, prompt - cached)
         return Completion(
-            text=final.text,
+            text=text,
             token_ids=final.token_ids,
             prompt_tokens=prompt,
             cached_tokens=cached,
             ttft_s=final.ttft_s,
-            finish_reason=final.finish_reason if final.finish_reason != "abort" else "abort",
+            finish_reason=final.finish_reason,
             rid=params.rid,
             e2e_s=final.e2e_s,
         )

@@ -114,14 +114,13 @@ def start_stream(
     queue: asyncio.Queue[Piece] = asyncio.Queue()
     http.check_open()
 
-    async def run() -> None:
-        try:
-            await _read(http, body, prompt_len, queue.put_nowait, on_first_token)
-        except asyncio.CancelledError:
+    def ended(task: asyncio.Task[None]) -> None:
+        # Also when the task was cancelled before it started: the pieces must end.
+        if task.cancelled():
             queue.put_nowait(RequestAborted(f"{http.url}: request {rid} aborted"))
-            raise
 
-    task = asyncio.create_task(run())
+    task = asyncio.create_task(_read(http, body, prompt_len, queue.put_nowait, on_first_token))
+    task.add_done_callback(ended)
 
     async def pieces() -> AsyncIterator[tuple[list[int], str] | Final]:
         try:
