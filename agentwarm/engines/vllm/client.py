@@ -30,6 +30,7 @@ and the live gate :mod:`~agentwarm.engines.vllm.flights`. HTTP is the SGLang cli
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -153,10 +154,11 @@ class VLLMEngine(Engine):
             await http.wait_ready(wait_s, 0.5)
             model = await served_model(http)
             cache = await _cache_config(http)
-            local = load_tokenizer(tokenizer) if tokenizer is not None else None
         finally:
             await http.aclose()
-        tok = local or tokenizer_for(model, http.base_url, api_key=api_key)
+        tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+        if tok is None:
+            tok = await asyncio.to_thread(tokenizer_for, model, http.base_url, api_key=api_key)
         return cls(url, model=model, tokenizer=tok, cache=cache, api_key=api_key, **kwargs)
 
     # ------------------------------------------------------------------ engine protocol
