@@ -6,9 +6,9 @@ are prefilled into the engine's prefix cache so their time-to-first-token shrink
 suffix.
 
 The engines (:class:`FakeEngine`, :class:`LocalEngine`, :class:`SGLangEngine`,
-:class:`MultiWorkerEngine`) and the explicit warms (:func:`warm`, :class:`Debouncer`) are
-imported on first use (PEP 562), so ``import agentwarm`` imports neither torch nor an HTTP
-client. Types for writing an engine (``Engine``, ``Completion``,
+:class:`VLLMEngine`, :class:`MultiWorkerEngine`) and the explicit warms (:func:`warm`,
+:class:`Debouncer`) are imported on first use (PEP 562), so ``import agentwarm`` imports
+neither torch nor an HTTP client. Types for writing an engine (``Engine``, ``Completion``,
 ``PrefillResult``, ``Priority``) are in :mod:`agentwarm.engines`; ``NodeSpec`` is what
 :func:`node` returns.
 """
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from agentwarm.engines.local import LocalEngine
     from agentwarm.engines.routing import MultiWorkerEngine
     from agentwarm.engines.sglang import SGLangEngine
+    from agentwarm.engines.vllm import VLLMEngine
     from agentwarm.warmup.debounce import Debouncer
     from agentwarm.warmup.explicit import warm
 
@@ -80,6 +81,7 @@ __all__ = (
     "SGLangEngine",
     "StepRecord",
     "StepTimeout",
+    "VLLMEngine",
     "Workflow",
     "WorkflowError",
     "WorkflowGraph",
@@ -95,6 +97,7 @@ _LAZY = {
     "LocalEngine": "agentwarm.engines.local",
     "MultiWorkerEngine": "agentwarm.engines.routing",
     "SGLangEngine": "agentwarm.engines.sglang",
+    "VLLMEngine": "agentwarm.engines.vllm",
     "Debouncer": "agentwarm.warmup.debounce",
     "warm": "agentwarm.warmup.explicit",
 }

@@ -16,6 +16,7 @@ ENGINES = {
     "LocalEngine": "agentwarm.engines.local.engine",
     "MultiWorkerEngine": "agentwarm.engines.routing",
     "SGLangEngine": "agentwarm.engines.sglang.client",
+    "VLLMEngine": "agentwarm.engines.vllm.client",
 }
 
 
@@ -31,7 +32,7 @@ def test_import_agentwarm_imports_no_engine_and_no_torch() -> None:
         "import sys, agentwarm; "
         "print(' '.join(m for m in ('torch', 'transformers', 'httpx', 'agentwarm.engines.fake', "
         "'agentwarm.engines.local.engine', 'agentwarm.engines.sglang', "
-        "'agentwarm.engines.routing') if m in sys.modules))"
+        "'agentwarm.engines.vllm', 'agentwarm.engines.routing') if m in sys.modules))"
     )
     assert loaded == ""
 
@@ -80,6 +81,7 @@ def test_public_names_pinned() -> None:
         "RunResult",
         "SGLangEngine",
         "StepRecord",
+        "VLLMEngine",
         "Workflow",
         "WorkflowGraph",
         "__version__",

@@ -3,8 +3,10 @@
 * :func:`build_engine` — an engine in this process, ``local`` (the embedded torch engine) or
   ``fake`` (the deterministic :class:`~agentwarm.engines.fake.FakeEngine`); what
   ``agentwarm serve --engine`` serves.
-* :func:`open_engine` — ``local``, ``fake``, or one or more comma-separated ``http(s)://`` URLs
-  of SGLang servers / ``agentwarm serve``; what ``agentwarm run`` and ``agentwarm bench`` use.
+* :func:`open_engine` — ``local``, ``fake``, one or more comma-separated ``http(s)://`` URLs
+  of SGLang servers / ``agentwarm serve``, or ``vllm:URL`` (a vLLM server,
+  :class:`~agentwarm.engines.vllm.VLLMEngine`); what ``agentwarm run`` and ``agentwarm bench``
+  use.
 
 The local engine's ``device`` and ``dtype`` (``--device``, ``--dtype``) default to the environment
 variables ``AGENTWARM_DEVICE`` and ``AGENTWARM_DTYPE`` when set (else ``cpu``, ``float32``), so
@@ -25,7 +27,14 @@ from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
 from agentwarm.redact import redact_credentials
 
-__all__ = ("DEVICE_ENV", "DTYPE_ENV", "EMBEDDED_KINDS", "build_engine", "open_engine")
+__all__ = (
+    "DEVICE_ENV",
+    "DTYPE_ENV",
+    "EMBEDDED_KINDS",
+    "VLLM_PREFIX",
+    "build_engine",
+    "open_engine",
+)
 
 #: Environment variables holding the local engine's default device and dtype.
 DEVICE_ENV = "AGENTWARM_DEVICE"
@@ -33,6 +42,8 @@ DTYPE_ENV = "AGENTWARM_DTYPE"
 
 #: The engines that run in this process (the other ``--engine`` values are URLs).
 EMBEDDED_KINDS = ("local", "fake")
+#: ``--engine vllm:URL`` names a vLLM server.
+VLLM_PREFIX = "vllm:"
 
 
 def build_engine(
@@ -93,7 +104,7 @@ async def open_engine(
     ``device`` in ``dtype``: ``--device``/``--dtype``, which no other engine takes), ``fake``
     (its defaults: it ignores ``model`` and ``chunk_size``) or one or more comma-separated
     ``http(s)://`` URLs of SGLang servers / ``agentwarm serve`` (several: a
-    :class:`~agentwarm.engines.routing.MultiWorkerEngine`).
+    :class:`~agentwarm.engines.routing.MultiWorkerEngine`), or ``vllm:URL`` (one vLLM server).
 
     A URL is probed (``/health``, ``/model_info``) here, so an unreachable server is reported
     before any run starts. Raises :class:`~agentwarm.errors.ConfigError` for a ``spec`` that is
@@ -105,6 +116,9 @@ async def open_engine(
     _local_only(device=device, dtype=dtype)
     if spec == "fake":
         return build_engine("fake", model_name="fake")
+    tokenizer = model if Path(model).is_dir() else None
+    if spec.startswith(VLLM_PREFIX):
+        return await _open_vllm(spec.removeprefix(VLLM_PREFIX).strip(), tokenizer)
     urls = [u.strip() for u in spec.split(",") if u.strip()]
     if urls and all(u.startswith(("http://", "https://")) for u in urls):
         from agentwarm.engines import sglang
@@ -116,16 +130,30 @@ async def open_engine(
                 raise ConfigError(f"--engine: {exc}") from None
         # A local checkpoint dir gives the tokenizer; with a preset name the client asks the
         # server (/model_info's tokenizer_path, else /tokenize).
-        tokenizer = model if Path(model).is_dir() else None
         if len(urls) == 1:
             return await sglang.SGLangEngine.from_url(urls[0], tokenizer=tokenizer)
         from agentwarm.engines.routing import MultiWorkerEngine
 
         return await MultiWorkerEngine.from_urls(urls, tokenizer=tokenizer)
     raise ConfigError(
-        f"--engine {redact_credentials(spec)!r} is not valid: use 'local', 'fake', or the URL of "
-        "an SGLang server (http://HOST:PORT, several separated by commas)"
+        f"--engine {redact_credentials(spec)!r} is not valid: use 'local', 'fake', the URL of "
+        "an SGLang server (http://HOST:PORT, several separated by commas), or vllm:URL for a vLLM "
+        "server (vllm:http://HOST:PORT)"
     )
+
+
+async def _open_vllm(url: str, tokenizer: str | None) -> Engine:
+    """The :class:`~agentwarm.engines.vllm.VLLMEngine` of ``--engine vllm:URL``."""
+    from agentwarm.engines.sglang import check_url
+    from agentwarm.engines.vllm import VLLMEngine
+
+    if "," in url:
+        raise ConfigError("--engine vllm:URL takes one vLLM server (several are not supported yet)")
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"--engine vllm:URL: {exc}") from None
+    return await VLLMEngine.from_url(url, tokenizer=tokenizer)
 
 
 def _local_only(**options: str | None) -> None:

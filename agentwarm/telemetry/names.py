@@ -59,6 +59,7 @@ __all__ = (
     "PROVIDER_FAKE",
     "PROVIDER_LOCAL",
     "PROVIDER_SGLANG",
+    "PROVIDER_VLLM",
     "SPAN_LLM",
     "SPAN_PREFILL",
     "SPAN_STEP",
@@ -97,6 +98,7 @@ GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 
 PROVIDER_LOCAL = "agentwarm.local"
 PROVIDER_SGLANG = "sglang"
+PROVIDER_VLLM = "vllm"
 PROVIDER_FAKE = "agentwarm.fake"
 
 # --- agentwarm attribute keys ------------------------------------------------------------------

@@ -64,11 +64,18 @@ async def test_unknown_engines_are_refused_with_the_choices() -> None:
     assert served_engine is build_engine  # agentwarm.server re-exports the one factory
     with pytest.raises(ConfigError, match="unknown engine 'gpu' for agentwarm serve: use 'local'"):
         build_engine("gpu")
-    with pytest.raises(ConfigError, match="'gpu' is not valid: use 'local', 'fake', or the URL"):
+    with pytest.raises(ConfigError, match="'gpu' is not valid: use 'local', 'fake', the URL"):
         await open_engine("gpu", "tiny")
     with pytest.raises(ConfigError, match="is not valid") as bad:
         await open_engine("ftp://user:hunter2@example.com", "tiny")
     assert "hunter2" not in str(bad.value)
+
+
+async def test_a_vllm_engine_takes_one_well_formed_url() -> None:
+    with pytest.raises(ConfigError, match=r"^--engine vllm:URL: engine URL 'ftp://h' is not valid"):
+        await open_engine("vllm:ftp://h", "tiny")
+    with pytest.raises(ConfigError, match=r"^--engine vllm:URL takes one vLLM server"):
+        await open_engine("vllm:http://127.0.0.1:1,http://127.0.0.1:2", "tiny")
 
 
 async def test_a_malformed_url_is_refused_before_any_connection() -> None:

@@ -1,6 +1,12 @@
 """The engine protocol (``agentwarm/engines/base.py``, DESIGN §4), checked on every engine:
-``FakeEngine``, ``LocalEngine`` on the ``tiny`` preset (CPU), and ``SGLangEngine`` talking HTTP
-to an ``agentwarm serve --engine fake`` started on loopback. Tests of one engine's own behaviour
+``FakeEngine``, ``LocalEngine`` on the ``tiny`` preset (CPU), ``SGLangEngine`` talking HTTP
+to an ``agentwarm serve --engine fake`` started on loopback, and ``VLLMEngine`` on the session's
+real vLLM server (marked ``vllm``; skipped without ``scripts/setup_vllm.sh``'s venv).
+
+What a real server may differ in is stated by :class:`Case`, not special-cased per test: vLLM
+caches whole KV blocks (``block``), has no prefill-only request (a prefill recomputes the last
+token of a cached prompt), computes a cached prefill in bf16 kernels that may change a greedy
+argmax, and reports no size of its prefix cache. Tests of one engine's own behaviour
 (exact logits, promotion, pins, wire format, routing) stay in that engine's test file.
 
 Through public APIs only. Orderings are read from the order in which requests complete, and a
@@ -12,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import httpx
 import pytest
 
 from agentwarm.engines.base import (
@@ -28,7 +35,7 @@ from agentwarm.engines.base import (
     new_rid,
 )
 from agentwarm.engines.fake import FakeEngine
-from agentwarm.engines.sglang import SGLangEngine
+from agentwarm.engines.sglang import SGLangEngine, parse_metrics
 from agentwarm.errors import (
     ContextLengthExceeded,
     EngineUnavailable,
@@ -47,6 +54,24 @@ class Case:
     engine: Engine
     #: A prompt length that takes many prefill chunks (time to see it running and abort it).
     long: int
+    #: Cached tokens come in whole blocks of this many.
+    block: int = 1
+    #: A prefill of an already-cached prompt computes nothing (else: its last token again).
+    prefill_only: bool = True
+    #: A cached prefix changes no output.
+    exact_with_cache: bool = True
+    #: ``stats().cached_tokens`` is the size of the prefix cache (vLLM: the KV in use).
+    cache_size: bool = True
+    #: Prompt tokens the server has processed, where the cache size cannot show progress.
+    progress: Callable[[], Awaitable[float]] | None = None
+
+    def hit(self, n: int) -> int:
+        """Tokens a longer request reuses of an ``n``-token cached prefix."""
+        return n // self.block * self.block
+
+    def again(self, n: int) -> int:
+        """Tokens a prefill of the same ``n`` cached ids finds cached."""
+        return n if self.prefill_only else self.hit(n - 1)
 
 
 @cache
@@ -69,6 +94,7 @@ def server() -> Iterator[str]:
         "fake",
         pytest.param("local", marks=pytest.mark.slow),
         pytest.param("serve", marks=pytest.mark.slow),
+        pytest.param("vllm", marks=pytest.mark.vllm),
     ]
 )
 async def case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:
@@ -82,9 +108,24 @@ async def case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:
 
         engine = LocalEngine(_tiny(), chunk_size=16)
         long = 800
-    else:
+    elif request.param == "serve":
         engine = await SGLangEngine.from_url(request.getfixturevalue("server"), wait_s=30)
         long = 4_000
+    else:
+        from agentwarm.engines.vllm import VLLMEngine
+
+        # 256-token chunks: a 3,000-token prefill is 12 requests.
+        url = request.getfixturevalue("vllm_url")
+        engine = await VLLMEngine.from_url(url, wait_s=30, prefill_chunk_tokens=256)
+
+        async def progress() -> float:
+            async with httpx.AsyncClient(base_url=url) as client:
+                metrics = parse_metrics((await client.get("/metrics")).text)
+            return metrics.get("vllm:prompt_tokens_total", 0.0)
+
+        async with engine:
+            yield Case("vllm", engine, 3_000, 128, False, False, False, progress)
+        return
     async with engine:
         yield Case(request.param, engine, long)
 
@@ -102,13 +143,18 @@ def namespace() -> str:
     return f"conformance-{new_rid()}"
 
 
-async def running(engine: Engine, before: EngineStats) -> None:
-    """Until a request started since ``before`` has cached its first prefill chunk."""
+async def running(case: Case, before: EngineStats) -> None:
+    """Until a request started since ``before`` has cached its first prefill chunk (where the
+    cache size is unknown: until the server has processed more prompt tokens than now)."""
+    progress = case.progress
+    base = await progress() if progress else 0.0
 
     async def grew() -> bool:
-        return (await engine.stats()).cached_tokens > before.cached_tokens
+        if progress is not None:
+            return await progress() > base
+        return (await case.engine.stats()).cached_tokens > before.cached_tokens
 
-    await until(grew, what="the request's first prefill chunk")
+    await until(grew, timeout_s=60, what="the request's first prefill chunk")
 
 
 def delta(after: EngineStats, before: EngineStats) -> dict[str, int]:
@@ -143,17 +189,18 @@ async def test_prefill_then_generate_reports_the_prefix_as_cached(case: Case) ->
     assert warm.status is PrefillStatus.DONE and warm.done and warm.rid
     assert (warm.prompt_tokens, warm.cached_tokens, warm.computed_tokens) == (300, 0, 300)
     again = await engine.prefill(prefix, namespace=ns)
-    assert (again.cached_tokens, again.computed_tokens) == (300, 0)
+    assert (again.cached_tokens, again.computed_tokens) == (case.again(300), 300 - case.again(300))
 
     out = await engine.generate([*prefix, *prompt(20)], max_tokens=4, namespace=ns)
-    assert (out.prompt_tokens, out.cached_tokens, out.computed_tokens) == (320, 300, 20)
+    hit = case.hit(300)
+    assert (out.prompt_tokens, out.cached_tokens, out.computed_tokens) == (320, hit, 320 - hit)
     assert 1 <= len(out.token_ids) <= 4 and out.finish_reason in ("length", "stop")
     assert out.text == engine.decode(out.token_ids)
     assert 0 < out.ttft_s <= out.e2e_s
     # The prompt exactly as cached: its last token is computed again (its logits start the
     # output), as in SGLang.
     same = await engine.generate(prefix, max_tokens=1, namespace=ns)
-    assert (same.cached_tokens, same.computed_tokens) == (299, 1)
+    assert (same.cached_tokens, same.computed_tokens) == (case.hit(299), 300 - case.hit(299))
 
 
 async def test_namespaces_share_no_cached_tokens(case: Case) -> None:
@@ -166,8 +213,9 @@ async def test_namespaces_share_no_cached_tokens(case: Case) -> None:
     unsalted = await engine.prefill(prefix)  # the default namespace
     assert unsalted.cached_tokens == 0
     same = await engine.generate(query, max_tokens=3, namespace=tenant_a)
-    assert same.cached_tokens == 200
-    assert same.token_ids == other.token_ids  # the cache changes no output
+    assert same.cached_tokens == case.hit(200)
+    if case.exact_with_cache:
+        assert same.token_ids == other.token_ids  # the cache changes no output
 
 
 # --- decoding ----------------------------------------------------------------------------------
@@ -180,8 +228,10 @@ async def test_generate_is_deterministic_for_the_same_prompt_and_seed(case: Case
     greedy = [
         await engine.generate(ids, max_tokens=8, seed=1, namespace=ns) for ns in (cold, cold, warm)
     ]
-    assert greedy[0].cached_tokens == 0 and greedy[2].cached_tokens == 50
-    assert greedy[0].token_ids == greedy[1].token_ids == greedy[2].token_ids
+    assert greedy[0].cached_tokens == 0 and greedy[2].cached_tokens == case.hit(50)
+    assert greedy[0].token_ids == greedy[1].token_ids
+    if case.exact_with_cache or not greedy[2].cached_tokens:
+        assert greedy[1].token_ids == greedy[2].token_ids
     sampled = [
         await engine.generate(ids, max_tokens=10, temperature=1.5, seed=seed, namespace=cold)
         for seed in (5, 5, 6)
@@ -221,7 +271,7 @@ async def test_a_live_request_is_not_delayed_behind_queued_speculative_ones(case
         )
         for i, rid in enumerate(rids)
     ]
-    await running(engine, before)  # one runs, the others wait behind it
+    await running(case, before)  # one runs, the others wait behind it
     live = await request(
         "live",
         engine.generate(prompt(40), max_tokens=2, priority=Priority.LIVE, namespace=ns),
@@ -240,7 +290,7 @@ async def test_abort_of_a_queued_request_returns_aborted_and_frees_it(case: Case
     before = await engine.stats()
     long_ids = prompt(case.long)
     blocker = asyncio.create_task(engine.prefill(long_ids, rid=blocker_rid, namespace=ns))
-    await running(engine, before)
+    await running(case, before)
     ids = prompt(100)
     ids[0] = 1 + long_ids[0] % 249  # another first token: nothing of it is cached by the blocker
     queued = asyncio.create_task(engine.prefill(ids, rid=rid, namespace=ns))
@@ -263,11 +313,16 @@ async def test_abort_of_a_queued_request_returns_aborted_and_frees_it(case: Case
 
 
 async def test_abort_of_a_running_prefill_keeps_its_computed_chunks(case: Case) -> None:
+    if case.name == "vllm":
+        pytest.skip(
+            "a vLLM chunk's end shows only in the server's /metrics: "
+            "tests/vllm/test_speculation.py::test_an_abort_stops_a_chunked_prefill_and_keeps_its_chunks"
+        )
     engine, ns = case.engine, namespace()
     ids, rid = prompt(case.long), new_rid()
     before = await engine.stats()
     task = asyncio.create_task(engine.prefill(ids, rid=rid, namespace=ns))
-    await running(engine, before)
+    await running(case, before)
     await engine.abort(rid)
     result = await task
     assert result.status is PrefillStatus.ABORTED and result.rid == rid
@@ -320,15 +375,16 @@ async def test_stats_count_requests_prompts_hits_and_cache(case: Case) -> None:
         "computed_tokens": 120,
         "aborted": 0,
     }
-    assert s1.cached_tokens - s0.cached_tokens == 120
+    if case.cache_size:
+        assert s1.cached_tokens - s0.cached_tokens == 120
     assert s1.evicted_tokens == s0.evicted_tokens
     assert s1.capacity_tokens is None or s1.cached_tokens <= s1.capacity_tokens
     await engine.generate(ids, max_tokens=2, namespace=ns)
     assert delta(await engine.stats(), s1) == {
         "requests": 1,
         "prompt_tokens": 150,
-        "hit_tokens": 120,
-        "computed_tokens": 30,
+        "hit_tokens": case.hit(120),
+        "computed_tokens": 150 - case.hit(120),
         "aborted": 0,
     }
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from opentelemetry.trace import SpanKind
 
-from agentwarm import FakeEngine, LocalEngine, MultiWorkerEngine, SGLangEngine
+from agentwarm import FakeEngine, LocalEngine, MultiWorkerEngine, SGLangEngine, VLLMEngine
 from agentwarm import telemetry as tm
 from agentwarm.bench.metered import MeteredEngine
 from agentwarm.engines.base import Completion, Engine, GenerateParams
@@ -36,12 +36,13 @@ def test_an_engine_that_does_not_say_its_provider_cannot_be_made() -> None:
 def test_every_engine_class_says_its_own_provider_and_span_kind() -> None:
     said = {
         cls: (cls.__dict__.get("provider_name"), cls.__dict__.get("span_kind"))
-        for cls in (FakeEngine, LocalEngine, SGLangEngine)
+        for cls in (FakeEngine, LocalEngine, SGLangEngine, VLLMEngine)
     }
     assert said == {
         FakeEngine: (tm.PROVIDER_FAKE, SpanKind.INTERNAL),
         LocalEngine: (tm.PROVIDER_LOCAL, SpanKind.INTERNAL),
         SGLangEngine: (tm.PROVIDER_SGLANG, SpanKind.CLIENT),
+        VLLMEngine: (tm.PROVIDER_VLLM, SpanKind.CLIENT),
     }
 
 
