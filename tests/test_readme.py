@@ -17,6 +17,16 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert _ci_command() in readme.splitlines()
 
 
+def test_ci_sets_up_vllm_with_the_readme_command_first():
+    """The one other README command ``.ci/run`` runs: the real vLLM server's setup, before the
+    tests (so that the ``vllm`` tests run against it)."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    setup = "bash scripts/setup_vllm.sh"
+    assert setup in lines and lines.index(setup) < lines.index(_ci_command())
+    assert setup in (ROOT / "README.md").read_text().splitlines()
+    assert (ROOT / "scripts" / "setup_vllm.sh").exists()
+
+
 def test_readme_main_command_runs_the_support_bot_example():
     readme = (ROOT / "README.md").read_text()
     main = [line for line in readme.splitlines() if "agentwarm run examples/support_bot.py" in line]
