@@ -6,7 +6,8 @@
 * :func:`open_engine` — ``local``, ``fake``, one or more comma-separated ``http(s)://`` URLs
   of SGLang servers / ``agentwarm serve``, or ``vllm:URL`` (a vLLM server,
   :class:`~agentwarm.engines.vllm.VLLMEngine`); what ``agentwarm run`` and ``agentwarm bench``
-  use.
+  use. One plain URL is told apart by what the server answers (:func:`server_kind`): SGLang and
+  ``agentwarm serve`` have ``/model_info``, vLLM has not but has ``/version``.
 
 The local engine's ``device`` and ``dtype`` (``--device``, ``--dtype``) default to the environment
 variables ``AGENTWARM_DEVICE`` and ``AGENTWARM_DTYPE`` when set (else ``cpu``, ``float32``), so
@@ -34,6 +35,7 @@ __all__ = (
     "VLLM_PREFIX",
     "build_engine",
     "open_engine",
+    "server_kind",
 )
 
 #: Environment variables holding the local engine's default device and dtype.
@@ -131,6 +133,8 @@ async def open_engine(
         # A local checkpoint dir gives the tokenizer; with a preset name the client asks the
         # server (/model_info's tokenizer_path, else /tokenize).
         if len(urls) == 1:
+            if await server_kind(urls[0]) == "vllm":
+                return await _open_vllm(urls[0], tokenizer)
             return await sglang.SGLangEngine.from_url(urls[0], tokenizer=tokenizer)
         from agentwarm.engines.routing import MultiWorkerEngine
 
@@ -154,6 +158,34 @@ async def _open_vllm(url: str, tokenizer: str | None) -> Engine:
     except ValueError as exc:
         raise ConfigError(f"--engine vllm:URL: {exc}") from None
     return await VLLMEngine.from_url(url, tokenizer=tokenizer)
+
+
+async def server_kind(url: str, timeout_s: float = 10.0) -> str | None:
+    """``"sglang"`` (SGLang or ``agentwarm serve``: ``/model_info`` answers), ``"vllm"`` (no
+    ``/model_info``, and ``/version`` answers a version), or None when the server cannot be
+    reached (the engine's own connection then reports it). Raises
+    :class:`~agentwarm.errors.ConfigError`, naming both kinds, for a server that is neither."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as http:
+            info = await http.get(url.rstrip("/") + "/model_info")
+            if info.status_code != 404:
+                return "sglang"
+            version = await http.get(url.rstrip("/") + "/version")
+    except httpx.HTTPError:
+        return None
+    try:
+        known = version.status_code == 200 and "version" in version.json()
+    except ValueError:
+        known = False
+    if known:
+        return "vllm"
+    raise ConfigError(
+        f"--engine {redact_credentials(url)}: the server is neither SGLang / agentwarm serve (no "
+        "/model_info) nor vLLM (no /version); give the URL of one of them (vllm:URL names a "
+        "vLLM server explicitly)"
+    )
 
 
 def _local_only(**options: str | None) -> None:

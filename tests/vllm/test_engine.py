@@ -127,3 +127,19 @@ async def test_the_engine_option_names_a_vllm_server(vllm_url: str) -> None:
         assert "Paris" in out.text
     finally:
         await engine.aclose()
+
+
+@pytest.mark.parametrize("spec", ["{url}", "vllm:{url}"])
+async def test_a_plain_url_of_a_vllm_server_is_told_apart_from_sglang(
+    vllm_url: str, spec: str
+) -> None:
+    """``--engine http://HOST:PORT`` of a vLLM server opens a VLLMEngine: vLLM has no
+    ``/model_info`` (SGLang and agentwarm serve do) but answers ``/version``."""
+    from agentwarm.engines.registry import open_engine, server_kind
+
+    assert await server_kind(vllm_url) == "vllm"
+    engine = await open_engine(spec.format(url=vllm_url), "tiny")
+    try:
+        assert isinstance(engine, VLLMEngine)
+    finally:
+        await engine.aclose()
