@@ -161,17 +161,17 @@ async def _open_vllm(url: str, tokenizer: str | None) -> Engine:
 
 
 async def server_kind(url: str, timeout_s: float = 10.0) -> str | None:
-    """``"sglang"`` (SGLang or ``agentwarm serve``: ``/model_info`` answers), ``"vllm"`` (no
-    ``/model_info``, and ``/version`` answers a version), or None when the server cannot be
-    reached (the engine's own connection then reports it). Raises
+    """``"sglang"`` (SGLang, sglang-router or ``agentwarm serve``: ``/model_info`` or
+    ``/get_model_info`` answers), ``"vllm"`` (neither, and ``/version`` answers a version), or
+    None when the server cannot be reached (the engine's own connection then reports it). Raises
     :class:`~agentwarm.errors.ConfigError`, naming both kinds, for a server that is neither."""
     import httpx
 
     try:
         async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as http:
-            info = await http.get(url.rstrip("/") + "/model_info")
-            if info.status_code != 404:
-                return "sglang"
+            for path in ("/model_info", "/get_model_info"):  # sglang-router has only the latter
+                if (await http.get(url.rstrip("/") + path)).status_code != 404:
+                    return "sglang"
             version = await http.get(url.rstrip("/") + "/version")
     except httpx.HTTPError:
         return None
@@ -183,8 +183,8 @@ async def server_kind(url: str, timeout_s: float = 10.0) -> str | None:
         return "vllm"
     raise ConfigError(
         f"--engine {redact_credentials(url)}: the server is neither SGLang / agentwarm serve (no "
-        "/model_info) nor vLLM (no /version); give the URL of one of them (vllm:URL names a "
-        "vLLM server explicitly)"
+        "/model_info nor /get_model_info) nor vLLM (no /version); give the URL of one of them "
+        "(vllm:URL names a vLLM server explicitly)"
     )
 
 

@@ -46,6 +46,11 @@ async def test_agentwarm_serve_is_an_sglang_server() -> None:
             await engine.aclose()
 
 
+async def test_get_model_info_alone_is_sglang_as_sglang_router_answers() -> None:
+    with http_server(answering({"/get_model_info": {"model_path": "m"}})) as url:
+        assert await server_kind(url) == "sglang"
+
+
 async def test_no_model_info_but_a_version_is_vllm() -> None:
     with http_server(answering({"/version": {"version": "0.32.0"}})) as url:
         assert await server_kind(url) == "vllm"
