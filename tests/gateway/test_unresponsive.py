@@ -160,15 +160,20 @@ async def test_sessions_of_an_unresponsive_worker_move_and_come_back_the_others_
 
 
 async def test_a_busy_gateway_loop_is_not_the_silence_of_its_worker() -> None:
+    probes = 0
+
     async def answers(worker: str, timeout_s: float) -> bool:
+        nonlocal probes
+        probes += 1
         return True
 
     liveness = Liveness(answers, interval_s=0.05, after_s=0.2)
     watch = liveness.watch("http://127.0.0.1:1")
     try:
-        await asyncio.sleep(0.1)  # a few probes answered
-        time.sleep(0.5)  # the loop itself is stuck for longer than after_s
-        await asyncio.sleep(0.2)
+        await until(lambda: probes >= 2, what="a few probes answered")
+        time.sleep(0.5)  # the loop itself is stuck for longer than after_s (the case under test)
+        stalled = probes
+        await until(lambda: probes >= stalled + 2, what="probes answered after the stall")
         assert not watch.stopped.done() and not liveness.down
     finally:
         watch.close()
