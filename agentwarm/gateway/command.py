@@ -9,13 +9,17 @@ ends with one ``error:`` line and exit code 2.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
+import httpx
 import typer
 
 from agentwarm import telemetry as tm
+from agentwarm.engines.registry import VLLM_PREFIX, server_kind
+from agentwarm.engines.sglang import check_url
 from agentwarm.errors import ConfigError
 from agentwarm.gateway.app import SHUTDOWN_GRACE_S, GatewayConfig
 from agentwarm.gateway.autosave import SAVE_INTERVAL_S
@@ -27,6 +31,7 @@ from agentwarm.gateway.state import check_writable
 from agentwarm.gateway.types import Hooks, NoHooks
 from agentwarm.gateway.upstream import Upstream
 from agentwarm.predictors import default_state_dir
+from agentwarm.redact import redact_credentials
 from agentwarm.server.security import default_max_request_bytes
 from agentwarm.warmup.options import (
     KeepWarmOption,
@@ -37,7 +42,18 @@ from agentwarm.warmup.options import (
     load_warmup,
 )
 
-__all__ = ("build_hooks", "gateway", "gateway_state_dir", "gateway_warmup", "parse_upstreams")
+__all__ = (
+    "build_hooks",
+    "detect_upstreams",
+    "gateway",
+    "gateway_state_dir",
+    "gateway_warmup",
+    "parse_upstreams",
+    "served_model_dir",
+)
+
+#: Seconds a worker has to answer the probes of :func:`detect_upstreams`.
+DETECT_TIMEOUT_S = 3.0
 
 
 def build_hooks(
@@ -91,20 +107,67 @@ def gateway_warmup(
 
 
 def parse_upstreams(value: str) -> list[str]:
-    """``URL[,URL...]`` as a list; ConfigError naming the first URL that cannot be a worker's."""
+    """``URL[,URL...]`` as a list (a ``vllm:`` prefix kept: a vLLM server); ConfigError when
+    there is none."""
     urls = [part.strip() for part in value.split(",") if part.strip()]
     if not urls:
         raise ConfigError(
-            "--upstream needs at least one URL, e.g. --upstream http://127.0.0.1:30000"
+            "--upstream needs at least one URL, e.g. --upstream http://127.0.0.1:30000 "
+            "(vllm:http://127.0.0.1:8000 for a vLLM server)"
         )
-    return urls
+    return [
+        VLLM_PREFIX + url.removeprefix(VLLM_PREFIX).strip() if url.startswith(VLLM_PREFIX) else url
+        for url in urls
+    ]
+
+
+async def detect_upstreams(urls: list[str]) -> tuple[list[str], list[str]]:
+    """``urls`` with ``vllm:`` before each plain URL whose server answers as vLLM does
+    (:func:`~agentwarm.engines.registry.server_kind`), and the plain URLs that could not be
+    reached yet (they stay plain: spoken to as SGLang). One that answers as neither stays
+    plain too (the gateway forwards to any OpenAI-compatible server)."""
+
+    async def one(url: str) -> tuple[str, bool]:
+        try:
+            check_url(url.removeprefix(VLLM_PREFIX))
+        except ValueError:
+            return url, True  # not a worker's URL: Upstream says why
+        if url.startswith(VLLM_PREFIX):
+            return url, True
+        try:
+            kind = await server_kind(url, timeout_s=DETECT_TIMEOUT_S)
+        except ConfigError:
+            kind = "neither"
+        return (VLLM_PREFIX + url if kind == "vllm" else url), kind is not None
+
+    found = await asyncio.gather(*(one(url) for url in urls))
+    return [url for url, _ in found], [url for url, answered in found if not answered]
+
+
+async def served_model_dir(urls: Sequence[str], *, api_key: str | None) -> str | None:
+    """The directory the first answering ``vllm:`` worker loaded its model from, when it is
+    on this machine (``/v1/models``' ``root``): what ``--model`` defaults to in front of vLLM."""
+    for url in urls:
+        if not url.startswith(VLLM_PREFIX):
+            continue
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            async with httpx.AsyncClient(timeout=DETECT_TIMEOUT_S, trust_env=False) as http:
+                resp = await http.get(url.removeprefix(VLLM_PREFIX) + "/v1/models", headers=headers)
+            root = str(resp.json()["data"][0].get("root") or "")
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if root and Path(root).is_dir():
+            return root
+    return None
 
 
 def gateway(
     upstream: str = typer.Option(
         ...,
         "--upstream",
-        help="Worker URL(s), comma-separated: SGLang, sglang-router or agentwarm serve.",
+        help="Worker URL(s), comma-separated: SGLang, sglang-router, agentwarm serve, or "
+        "vllm:URL for vLLM (a plain URL that answers as vLLM is taken for one).",
     ),
     model: str | None = typer.Option(
         None,
@@ -192,7 +255,11 @@ def gateway(
     Point a client's base_url at http://HOST:PORT/v1. Prints 'agentwarm gateway: listening on
     http://HOST:PORT' once it accepts connections.
     """
-    urls = parse_upstreams(upstream)
+    urls, silent = asyncio.run(detect_upstreams(parse_upstreams(upstream)))
+    if not model:
+        model = asyncio.run(served_model_dir(urls, api_key=upstream_api_key or None))
+        if model:
+            typer.echo(f"agentwarm gateway: --model {model} (the vLLM server's own)", err=True)
     renderer = load_renderer(model) if model else None  # a bad --model fails before binding
     if renderer is not None:  # so does a state dir the learning could not be saved in
         check_writable(state_dir or gateway_state_dir())
@@ -209,6 +276,7 @@ def gateway(
             timeout=upstream_timeout,
             health_interval=health_interval,
             unresponsive_after=unresponsive_after,
+            tokenizer=renderer.chat.tokenizer if renderer else None,
         )
     except ValueError as exc:
         raise ConfigError(f"--upstream: {exc}") from None
@@ -224,6 +292,13 @@ def gateway(
 
     def ready(url: str) -> None:
         typer.echo(f"agentwarm gateway: listening on {url} (upstream={', '.join(up.urls)})")
+        for worker in silent:
+            typer.echo(
+                f"agentwarm gateway: upstream {redact_credentials(worker)} did not answer at "
+                "start: it is spoken to as SGLang (prefetches via /generate); name a vLLM "
+                "server vllm:URL",
+                err=True,
+            )
         if renderer is None:
             typer.echo(
                 "agentwarm gateway: no --model: proxying only (learning and prefetching need "

@@ -113,8 +113,9 @@ class Relay(Response):
     read by ``assembler`` on the way (each chunk is news of the worker for ``watch``). A failure
     of the upstream mid-stream, or one of ``stops`` resolving first, ends the stream with an
     ``{"error": ...}`` event and ``[DONE]``; a client that goes away closes the upstream
-    request. ``done`` runs once (and ``watch`` is closed), when the stream ended however it
-    ended."""
+    request. ``first`` runs once, at the first chunk from the upstream or when the stream
+    ends without one; ``done`` runs once (and ``watch`` is closed), when the stream ended
+    however it ended."""
 
     media_type = "text/event-stream"
 
@@ -127,8 +128,10 @@ class Relay(Response):
         done: Callable[[], None],
         watch: Watch | None = None,
         stops: Sequence[asyncio.Future[HTTPError]] = (),
+        first: Callable[[], None] = lambda: None,
     ) -> None:
         self.upstream = upstream
+        self.first = first
         self.worker = worker
         self.assembler = assembler
         self.done = done
@@ -161,6 +164,7 @@ class Relay(Response):
                     await self._end(send, stopped)
             if not pump.cancelled() and pump.exception() is not None:
                 log.error("relaying a stream failed", exc_info=pump.exception())
+            self.first()
             if self.watch is not None:
                 self.watch.close()
             self.done()
@@ -171,6 +175,7 @@ class Relay(Response):
             self._started = True
             try:
                 async for chunk in self.upstream.aiter_bytes():
+                    self.first()
                     if self.watch is not None:
                         self.watch.seen()
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -36,7 +36,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
@@ -199,6 +199,25 @@ class ChatProxy:
     ) -> Response:
         """Send ``call`` to ``worker``; its answer, or the error that ended the wait."""
         stops = (watch.stopped, self.drain.expired)
+        leave = self.upstream.live(worker)  # waiting for its first token (a vLLM worker's gate)
+        response: Response | None = None
+        try:
+            response = await self._relay(request, call, worker, reply, watch, stops, leave)
+            return response
+        finally:
+            if not isinstance(response, Relay):
+                leave()  # a relay ends the wait at its first event
+
+    async def _relay(
+        self,
+        request: Request,
+        call: ChatCall,
+        worker: str,
+        reply: ReplyAssembler,
+        watch: Watch,
+        stops: tuple[asyncio.Future[HTTPError], ...],
+        leave: Callable[[], None],
+    ) -> Response:
         try:
             upstream = await until_gone(
                 request.receive,
@@ -215,7 +234,7 @@ class ChatProxy:
         content_type = upstream.headers.get("content-type", "")
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
             done = lambda: self._finish(call, reply)  # noqa: E731
-            return Relay(upstream, worker, reply, done=done, watch=watch, stops=stops)
+            return Relay(upstream, worker, reply, done=done, watch=watch, stops=stops, first=leave)
         try:
             raw = await until_gone(request.receive, upstream.aread(), stops)
         except ClientGone:

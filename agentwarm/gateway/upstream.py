@@ -1,8 +1,14 @@
-"""The gateway's side of the wire: the workers it forwards to (SGLang, sglang-router or
-``agentwarm serve``), one :class:`Upstream` for all of them.
+"""The gateway's side of the wire: the workers it forwards to (SGLang, sglang-router,
+``agentwarm serve`` or vLLM), one :class:`Upstream` for all of them.
 
 Rules it keeps:
 
+* A worker given as ``vllm:URL`` is a vLLM server: its prefetches and warm-ups go through
+  :class:`~agentwarm.engines.vllm.VLLMEngine` (token-id ``/v1/completions``, chunked
+  speculation; vLLM has no ``/generate``), and the chat requests forwarded to it count as
+  waiting live requests of that engine until their first event (:meth:`Upstream.live`), so
+  that no speculative chunk is sent while one waits (vLLM never preempts a running prefill).
+  Every other URL is spoken to as SGLang (``/generate``).
 * A worker is named by its URL without credentials (:attr:`Upstream.urls`, what messages,
   :attr:`ChatCall.worker <agentwarm.gateway.types.ChatCall.worker>` and the metrics show);
   ``user:password@`` in a URL is sent as HTTP basic auth, ``api_key`` as ``Authorization:
@@ -26,20 +32,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
-from agentwarm.engines.base import PrefillResult, Priority
+from agentwarm.engines.base import Engine, PrefillResult, Priority
+from agentwarm.engines.namespace import namespace_of
+from agentwarm.engines.registry import VLLM_PREFIX
 from agentwarm.engines.routing import HashRing
 from agentwarm.engines.sglang import ROUTING_KEY_HEADER, SGLangEngine, check_url
 from agentwarm.engines.sglang.errors import error_message, transport_error
+from agentwarm.engines.tokenizers import Tokenizer
+from agentwarm.engines.vllm import VLLMEngine
 from agentwarm.errors import EngineError, EngineUnavailable, InvalidRequest
 from agentwarm.gateway.liveness import HEALTH_INTERVAL_S, UNRESPONSIVE_AFTER_S, Liveness
 from agentwarm.redact import redact_credentials
 
-__all__ = ("CHAT_PATH", "Upstream", "routing_key")
+__all__ = ("CHAT_PATH", "Upstream", "routing_key", "vllm_chat_body")
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +76,10 @@ class Upstream:
     under ``connect_timeout``. A worker is probed every ``health_interval`` s while requests
     wait on it and answers nothing, and declared unresponsive after ``unresponsive_after`` s
     (:class:`~agentwarm.gateway.liveness.Liveness`). ``transport`` replaces the network
-    (``httpx.ASGITransport`` of an app in tests). Raises ValueError naming a URL that cannot be
-    a worker's, a duplicate, or one with ``user:password@`` when ``api_key`` is given too."""
+    (``httpx.ASGITransport`` of an app in tests). ``tokenizer`` is the served model's, for
+    the ``vllm:`` workers' clients (else each reads the server's). Raises ValueError naming a
+    URL that cannot be a worker's, a duplicate, or one with ``user:password@`` when
+    ``api_key`` is given too."""
 
     def __init__(
         self,
@@ -79,12 +91,15 @@ class Upstream:
         health_interval: float = HEALTH_INTERVAL_S,
         unresponsive_after: float = UNRESPONSIVE_AFTER_S,
         transport: httpx.AsyncBaseTransport | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         if isinstance(urls, str) or not urls:
             raise ValueError("the gateway needs at least one upstream URL (http://host:port)")
         self._base: dict[str, str] = {}
+        self._vllm: set[str] = set()
         for url in urls:
-            base = check_url(url)
+            is_vllm = url.startswith(VLLM_PREFIX)
+            base = check_url(url.removeprefix(VLLM_PREFIX))
             name = redact_credentials(base)
             if name in self._base:
                 raise ValueError(f"upstream URL {name!r} is given twice")
@@ -97,14 +112,17 @@ class Upstream:
                     "key, or drop the key to use basic auth"
                 )
             self._base[name] = base
+            if is_vllm:
+                self._vllm.add(name)
         #: The workers' URLs without credentials, in the order given.
         self.urls: tuple[str, ...] = tuple(self._base)
         self.api_key = api_key
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._transport = transport
+        self._tokenizer = tokenizer
         self._ring = HashRing(self.urls)
-        self._engines: dict[str, SGLangEngine] = {}
+        self._engines: dict[str, Engine] = {}
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -127,6 +145,30 @@ class Upstream:
         assert owner is not None  # the ring has every worker
         return owner
 
+    def is_vllm(self, worker: str) -> bool:
+        """Whether ``worker`` was given as ``vllm:URL``."""
+        return worker in self._vllm
+
+    def live(self, worker: str) -> Callable[[], None]:
+        """Count a live request forwarded to ``worker`` as waiting for its first token (a vLLM
+        worker's: its engine's :attr:`~agentwarm.engines.vllm.VLLMEngine.live` gate; SGLang
+        preempts prefills itself, so nothing there). Returns the call that ends the wait
+        (idempotent): at the reply's first event, or however the request ends."""
+        engine = self.engine(worker) if worker in self._vllm else None
+        if not isinstance(engine, VLLMEngine):
+            return _nothing
+        gate = engine.live
+        gate.enter()
+        waiting = True
+
+        def leave() -> None:
+            nonlocal waiting
+            if waiting:
+                waiting = False
+                gate.leave()
+
+        return leave
+
     def base_url(self, worker: str) -> str:
         """The URL (with its credentials) of ``worker``; ValueError for one not in :attr:`urls`."""
         try:
@@ -144,6 +186,8 @@ class Upstream:
         Raises ``EngineUnavailable`` when the worker cannot be reached, ``EngineTimeout`` when it
         does not answer in time, ``InvalidRequest`` for a body that is not plain JSON (NaN)."""
         headers = {ROUTING_KEY_HEADER: routing_key(session)} if session else {}
+        if worker in self._vllm:
+            body = vllm_chat_body(body)
         try:
             request = self._client.build_request(
                 "POST", self.base_url(worker) + CHAT_PATH, json=body, headers=headers
@@ -164,8 +208,9 @@ class Upstream:
         session: str | None,
         namespace: str = "",
     ) -> PrefillResult:
-        """Prefill ``ids`` into ``worker``'s prefix cache at speculative priority (its native
-        ``/generate`` with ``input_ids`` and ``max_new_tokens: 0``) in ``namespace`` (the
+        """Prefill ``ids`` into ``worker``'s prefix cache at speculative priority (SGLang's
+        native ``/generate`` with ``input_ids`` and ``max_new_tokens: 0``; vLLM's token-id
+        ``/v1/completions`` with ``max_tokens: 1``, in chunks) in ``namespace`` (the
         tenant's: sent as its ``cache_salt`` / ``extra_key``); an aborted prefill returns
         ``status=ABORTED``, a failure raises an :class:`~agentwarm.errors.EngineError`."""
         engine = self.engine(worker)
@@ -236,19 +281,29 @@ class Upstream:
     async def aclose(self) -> None:
         """Stop the liveness probes, close the connections (and the prefill clients)."""
         await self.liveness.aclose()
-        engines, self._engines = list(self._engines.values()), {}
-        for engine in engines:
+        engines, self._engines = dict(self._engines), {}
+        for worker, engine in engines.items():
             try:
                 await engine.aclose()
             except EngineError as exc:
-                log.warning("closing %s: %s", engine.url, exc)
+                log.warning("closing the prefill client of %s: %s", worker, exc)
         await self._client.aclose()
 
-    def engine(self, worker: str) -> SGLangEngine:
+    def engine(self, worker: str) -> Engine:
         """The prefill client of ``worker`` (the prefetches' and the warm-ups'), created on
-        first use (no tokenizer: ids are given); closed by :meth:`aclose`."""
+        first use (SGLang's without a tokenizer: ids are given; vLLM's reads its server before
+        its first request); closed by :meth:`aclose`."""
         engine = self._engines.get(worker)
-        if engine is None:
+        if engine is None and worker in self._vllm:
+            engine = VLLMEngine.connecting(
+                self.base_url(worker),
+                tokenizer=self._tokenizer,
+                api_key=self.api_key,
+                timeout=self.timeout,
+                connect_timeout=self.connect_timeout,
+            )
+            self._engines[worker] = engine
+        elif engine is None:
             engine = SGLangEngine(
                 self.base_url(worker),
                 api_key=self.api_key,
@@ -262,3 +317,18 @@ class Upstream:
 
     def __repr__(self) -> str:
         return f"Upstream({list(self.urls)})"
+
+
+def vllm_chat_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as it goes to a vLLM worker: in its tenant's namespace (the one the gateway
+    prefetches it in), sent as ``cache_salt`` — vLLM reads no ``extra_key``, so a tenant named
+    by ``extra_key`` (or by both, different) would otherwise share vLLM's unsalted cache and
+    never meet its prefetches. A body already salted so, or unsalted, is sent as it is."""
+    namespace = namespace_of(body)
+    if not namespace or body.get("cache_salt") == namespace:
+        return body
+    return {**body, "cache_salt": namespace}
+
+
+def _nothing() -> None:
+    """Nothing to end (:meth:`Upstream.live` of a worker that needs no gate)."""

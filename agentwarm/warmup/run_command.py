@@ -37,6 +37,7 @@ from rich.table import Table
 
 from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import Engine
+from agentwarm.engines.registry import VLLM_PREFIX, server_kind
 from agentwarm.engines.sglang import SGLangEngine, check_url
 from agentwarm.errors import ConfigError, EngineError, EngineTimeout
 from agentwarm.redact import redact_credentials
@@ -55,30 +56,43 @@ DEFAULT_TIMEOUT_S = 120.0
 
 
 def worker_urls(spec: str) -> list[str]:
-    """``URL[,URL...]`` as a list of distinct, valid URLs; ConfigError naming the bad one."""
+    """``URL[,URL...]`` as a list of distinct, valid URLs (a ``vllm:`` prefix kept: a vLLM
+    server); ConfigError naming the bad one."""
     urls = [u.strip() for u in spec.split(",") if u.strip()]
     if not urls:
-        raise ConfigError("--engine: give the URL of every worker, http://HOST:PORT[,URL...]")
+        raise ConfigError(
+            "--engine: give the URL of every worker, http://HOST:PORT[,URL...] "
+            "(vllm:http://HOST:PORT for a vLLM server)"
+        )
     checked: list[str] = []
+    seen: set[str] = set()
     for url in urls:
+        vllm = url.startswith(VLLM_PREFIX)
         try:
-            url = check_url(url)
+            url = check_url(url.removeprefix(VLLM_PREFIX).strip())
         except ValueError as exc:
             raise ConfigError(f"--engine: {exc}") from None
-        if url in checked:
+        if url in seen:
             raise ConfigError(f"--engine: {redact_credentials(url)} is given twice")
-        checked.append(url)
+        seen.add(url)
+        checked.append(VLLM_PREFIX + url if vllm else url)
     return checked
 
 
 async def _open(url: str, model: str | None, api_key: str | None, timeout_s: float) -> Engine:
+    """The client of worker ``url``: vLLM's for ``vllm:URL`` or a plain URL whose server
+    answers as vLLM (:func:`~agentwarm.engines.registry.server_kind`), else SGLang's."""
     tokenizer = model if model is not None and Path(model).is_dir() else None
+    connect = min(10.0, timeout_s)
+    base = url.removeprefix(VLLM_PREFIX)
+    if url.startswith(VLLM_PREFIX) or await server_kind(base, connect) == "vllm":
+        from agentwarm.engines.vllm import VLLMEngine
+
+        return await VLLMEngine.from_url(
+            base, tokenizer=tokenizer, api_key=api_key, timeout=timeout_s, connect_timeout=connect
+        )
     return await SGLangEngine.from_url(
-        url,
-        tokenizer=tokenizer,
-        api_key=api_key,
-        timeout=timeout_s,
-        connect_timeout=min(10.0, timeout_s),
+        url, tokenizer=tokenizer, api_key=api_key, timeout=timeout_s, connect_timeout=connect
     )
 
 
@@ -102,7 +116,8 @@ async def served_renderer(engines: Mapping[str, Engine]) -> ChatRenderer:
     paths: dict[str, str] = {}
     for label, engine in engines.items():
         info = await engine.model_info() if isinstance(engine, SGLangEngine) else {}
-        path = info.get("model_path")
+        served = getattr(engine, "model", None)  # a VLLMEngine's ServedModel
+        path = info.get("model_path") or getattr(served, "root", None)
         if not isinstance(path, str) or not (path in PRESET_TOKENIZERS or Path(path).is_dir()):
             raise ConfigError(
                 f"worker {label} serves model {path!r}, whose tokenizer and chat template are "
@@ -155,7 +170,7 @@ async def _warm(
     refresh: Refresh | None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[Plan, list[WarmSummary]]:
-    labels = [redact_credentials(u) for u in urls]
+    labels = [redact_credentials(u.removeprefix(VLLM_PREFIX)) for u in urls]
     opened = await asyncio.gather(
         *(_open(u, model, api_key, timeout_s) for u in urls), return_exceptions=True
     )
@@ -255,7 +270,11 @@ def run(
     ],
     engine: Annotated[
         str,
-        typer.Option("--engine", help="Every worker to warm: http://HOST:PORT[,URL...]."),
+        typer.Option(
+            "--engine",
+            help="Every worker to warm: http://HOST:PORT[,URL...]; vllm:URL for a vLLM server "
+            "(a plain URL that answers as vLLM is taken for one).",
+        ),
     ],
     model: Annotated[
         str | None,

@@ -40,6 +40,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from agentwarm import telemetry as tm
+from agentwarm.chat import ChatTemplate
 from agentwarm.engines.base import (
     Completion,
     Engine,
@@ -78,6 +79,8 @@ class VLLMEngine(Engine):
 
     Build it with :meth:`from_url`, which reads the served model, its context length, its
     tokenizer and the KV block size. ``prefill_chunk_tokens=None`` sends every prefill whole.
+    Built with ``model=None`` (:meth:`connecting`: the gateway's, which starts whether or not
+    its upstream is up yet), it reads them before its first request instead.
     """
 
     supports_promotion = False
@@ -88,8 +91,8 @@ class VLLMEngine(Engine):
         self,
         url: str,
         *,
-        model: ServedModel,
-        tokenizer: Tokenizer,
+        model: ServedModel | None,
+        tokenizer: Tokenizer | None,
         cache: CacheConfig | None = None,
         prefill_chunk_tokens: int | None = DEFAULT_PREFILL_CHUNK_TOKENS,
         send_priority: bool = True,
@@ -111,15 +114,19 @@ class VLLMEngine(Engine):
             transport=None,
         )
         self.url = self._http.url
-        self.model = model
-        self.model_name = model.name
-        self.max_context = model.max_model_len
-        self.cache = cache
-        self.block_size = cache.block_size if cache else 16
+        self.api_key = api_key
+        self.model: ServedModel | None = None
+        self.model_name = ""
+        self.max_context: int | None = None
+        self.cache: CacheConfig | None = None
+        self.block_size = 16
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.send_priority = send_priority
         self._tokenizer = tokenizer
-        self.chat_template = chat_template_of(tokenizer, name=model.name)
+        self.chat_template: ChatTemplate | None = None
+        self._connected = asyncio.Lock()
+        if model is not None:
+            self._connect(model, cache, tokenizer)
         self._flights = Flights()
         self._live = LiveGate()
         self._counters = ClientCounters()
@@ -161,13 +168,53 @@ class VLLMEngine(Engine):
             tok = await asyncio.to_thread(tokenizer_for, model, http.base_url, api_key=api_key)
         return cls(url, model=model, tokenizer=tok, cache=cache, api_key=api_key, **kwargs)
 
+    @classmethod
+    def connecting(
+        cls, url: str, *, tokenizer: Tokenizer | None = None, **kwargs: Any
+    ) -> VLLMEngine:
+        """An engine of ``url`` that reads the served model, the KV block size and (without
+        ``tokenizer``) the tokenizer before its first request, not now (see :meth:`ready`)."""
+        return cls(url, model=None, tokenizer=tokenizer, **kwargs)
+
+    async def ready(self) -> None:
+        """Read what :meth:`from_url` reads, once (an engine built with a model: nothing);
+        an unreachable server raises its :class:`~agentwarm.errors.EngineError` and is asked
+        again next time."""
+        if self.model is not None:
+            return
+        async with self._connected:
+            if self.model is not None:
+                return
+            model = await served_model(self._http)
+            cache = await _cache_config(self._http)
+            tok = self._tokenizer
+            if tok is None:
+                tok = await asyncio.to_thread(
+                    tokenizer_for, model, self._http.base_url, api_key=self.api_key
+                )
+            self._connect(model, cache, tok)
+
+    def _connect(
+        self, model: ServedModel, cache: CacheConfig | None, tokenizer: Tokenizer | None
+    ) -> None:
+        if tokenizer is None:
+            raise ValueError("a VLLMEngine built with its model needs its tokenizer too")
+        self.model = model
+        self.model_name = model.name
+        self.max_context = model.max_model_len
+        self.cache = cache
+        self.block_size = cache.block_size if cache else 16
+        self._tokenizer = tokenizer
+        self.chat_template = chat_template_of(tokenizer, name=model.name)
+
     # ------------------------------------------------------------------ engine protocol
 
     async def prefill_with(self, ids: Sequence[int], params: PrefillParams) -> PrefillResult:
         """Cache the KV of ``ids`` (see the module docstring for chunks); aborted →
         ``status=ABORTED`` with the tokens of the chunks already done as computed."""
-        check_context(len(ids), self.max_context)
-        wire = list(ids[: self.max_context - 1])  # room for the one discarded token
+        context = await self._context()
+        check_context(len(ids), context)
+        wire = list(ids[: context - 1])  # room for the one discarded token
         chunked = self.prefill_chunk_tokens is not None and params.priority < Priority.LIVE
         cached = done = 0  # served from the cache beyond our own chunks; cached whole so far
         request = GenerateParams(
@@ -208,7 +255,7 @@ class VLLMEngine(Engine):
     ) -> AsyncIterator[StreamChunk]:
         """Tokens as they arrive; the last chunk carries the :class:`Completion`. Closing the
         iterator early closes the connection, which makes vLLM abort the request."""
-        check_context(len(ids), self.max_context, max_tokens=params.max_tokens)
+        check_context(len(ids), await self._context(), max_tokens=params.max_tokens)
         out: list[int] = []
         shown = ""  # the text yielded so far: a prefix of decode(out) (see _text)
         with self._flights.tracking(params.rid) as flight:
@@ -229,14 +276,22 @@ class VLLMEngine(Engine):
         self._flights.abort(rid)
 
     def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text)
+        return self.tokenizer.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(ids)
+        return self.tokenizer.decode(ids)
 
     @property
     def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            raise EngineError(f"{self.url}: not connected yet (await ready() first)")
         return self._tokenizer
+
+    @property
+    def live(self) -> LiveGate:
+        """This engine's live requests waiting for their first token (the gate of chunked
+        speculation); the gateway enters the chat requests it forwards to this server."""
+        return self._live
 
     async def stats(self) -> EngineStats:
         """This client's traffic; KV capacity and tokens in use from ``/metrics``."""
@@ -254,11 +309,17 @@ class VLLMEngine(Engine):
             return
         self._flights.abort_all()
         await self._http.aclose()
-        close = getattr(self._tokenizer, "close", None)
+        close = getattr(self._tokenizer, "close", None) if self._tokenizer else None
         if callable(close):
             close()
 
     # ------------------------------------------------------------------ internals
+
+    async def _context(self) -> int:
+        """The served model's context, once :meth:`ready`."""
+        await self.ready()
+        assert self.max_context is not None  # set with the model
+        return self.max_context
 
     async def _run(
         self, ids: list[int], params: GenerateParams, flight: Flight, *, live: bool
