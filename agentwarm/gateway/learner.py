@@ -223,6 +223,7 @@ class Learner:
         return {
             **figures(self._steps, self._prefetches, runs=self.sessions_seen),
             "requests": self.requests,
+            "prefetches_in_flight": sum(1 for p in self._prefetches if not p.ended),
             "sessions": len(self._sessions),
             "nodes": len(self.heads),
             "guardrail_level": str(self.guardrail.level),

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.engines.vllm import VLLMEngine
+from agentwarm.gateway.upstream import Upstream
 from tests.vllm.helpers import metric, namespace, prompt
 from tests.waiting import until
 
@@ -99,3 +101,46 @@ async def test_an_abort_stops_a_chunked_prefill_and_keeps_its_chunks(
         kept,
         10,
     )
+
+
+async def test_a_chat_request_the_gateway_forwards_holds_back_speculative_chunks(
+    vllm_url: str,
+) -> None:
+    """The gateway's live requests count as waiting on its vLLM worker's gate
+    (:meth:`~agentwarm.gateway.upstream.Upstream.live`): while one waits for its first token,
+    no chunk of a speculative prefill is sent; once it has it, the prefill goes on."""
+    up = Upstream([f"vllm:{vllm_url}"])
+    (worker,) = up.urls
+    try:
+        engine = up.engine(worker)
+        assert isinstance(engine, VLLMEngine)
+        engine.prefill_chunk_tokens = CHUNK
+        model = str(httpx.get(f"{vllm_url}/v1/models", timeout=10).json()["data"][0]["id"])
+        finished = metric(vllm_url, "vllm:request_success_total")
+        leave = up.live(worker)  # what the gateway does as it forwards a chat request
+        assert engine.live.waiting == 1
+        ns, ids = namespace(), prompt(1_000)
+        speculative = asyncio.create_task(
+            up.prefill(worker, ids, rid=new_rid(), session=None, namespace=ns)
+        )
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"hello {new_rid()}"}],
+            "max_tokens": 3,
+        }
+        reply = await up.chat(worker, body, session=None)
+        await reply.aread()
+        await reply.aclose()
+        assert reply.status_code == 200, reply.text
+        # Only the chat request ran: no chunk was sent (none running, none finished).
+        assert metric(vllm_url, "vllm:request_success_total") == finished + 1
+        assert metric(vllm_url, "vllm:num_requests_running") == 0
+        assert not speculative.done()
+        leave()
+        leave()  # idempotent: the relay may end the wait twice
+        assert engine.live.waiting == 0
+        result = await speculative
+        assert (result.status, result.computed_tokens) == (PrefillStatus.DONE, 1_000)
+        assert metric(vllm_url, "vllm:request_success_total") == finished + 1 + 4
+    finally:
+        await up.aclose()
