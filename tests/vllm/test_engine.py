@@ -84,6 +84,7 @@ async def test_vllms_own_refusal_over_the_context_is_context_length_exceeded(
     engine: VLLMEngine, vllm_url: str
 ) -> None:
     # A client that believes the context is longer sends the request: vLLM's 400 is mapped.
+    assert engine.model is not None  # from_url read it
     believer = VLLMEngine(
         vllm_url,
         model=dataclasses.replace(engine.model, max_model_len=100_000),
