@@ -144,3 +144,31 @@ async def test_a_chat_request_the_gateway_forwards_holds_back_speculative_chunks
         assert metric(vllm_url, "vllm:request_success_total") == finished + 1 + 4
     finally:
         await up.aclose()
+
+
+async def test_a_live_request_of_a_prefix_being_prefetched_reuses_the_chunks_done(
+    chunked: VLLMEngine, vllm_url: str
+) -> None:
+    """Promotion on vLLM: the live request is sent while the prefetch of its prefix is two
+    chunks in; it reuses them, gets its first token before the prefetch ends, and the chunks
+    sent after it find its KV cached (the prefix is computed once)."""
+    assert chunked.supports_promotion  # the runtime sends the live request at once
+    ns, ids = namespace(), prompt(2_000)
+    finished = metric(vllm_url, "vllm:request_success_total")
+    speculative = asyncio.create_task(chunked.prefill(ids, namespace=ns))
+
+    def two_chunks_done() -> bool:
+        return metric(vllm_url, "vllm:request_success_total") >= finished + 2
+
+    await until(two_chunks_done, timeout_s=120, what="two speculative chunks")
+    stream = chunked.generate_stream([*ids, *prompt(5)], max_tokens=2, namespace=ns)
+    first = await anext(stream)
+    assert first.token_ids and not speculative.done()
+    async for chunk in stream:
+        live = chunk.completion or None
+    assert live is not None and live.cached_tokens >= 2 * CHUNK
+    result = await speculative
+    assert result.status is PrefillStatus.DONE
+    assert result.computed_tokens + result.cached_tokens == 2_000
+    # what the live request computed, the later chunks found cached
+    assert result.cached_tokens >= 2_000 // 128 * 128 - live.cached_tokens - CHUNK

@@ -83,7 +83,13 @@ class VLLMEngine(Engine):
     its upstream is up yet), it reads them before its first request instead.
     """
 
-    supports_promotion = False
+    #: A live request whose prefix is being prefetched is sent at once, not after the prefetch:
+    #: vLLM's prefix cache gives it every chunk already computed (the one running, too, once
+    #: it ends: vLLM caches a block when its step ends, and the live request is scheduled
+    #: after that step), the gate sends no further chunk until it has its first token, and
+    #: the chunks sent after it find its KV cached (one token each recomputed). So a prefix is
+    #: computed once, and the live request never waits for the rest of a speculative prefill.
+    supports_promotion = True
     provider_name = tm.PROVIDER_VLLM
     span_kind = SpanKind.CLIENT
 
