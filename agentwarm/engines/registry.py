@@ -20,6 +20,7 @@ nor transformers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -146,18 +147,38 @@ async def open_engine(
     )
 
 
-async def _open_vllm(url: str, tokenizer: str | None) -> Engine:
-    """The :class:`~agentwarm.engines.vllm.VLLMEngine` of ``--engine vllm:URL``."""
+async def _open_vllm(spec: str, tokenizer: str | None) -> Engine:
+    """The :class:`~agentwarm.engines.vllm.VLLMEngine` of ``--engine vllm:URL``; of
+    ``vllm:URL,URL...``, a :class:`~agentwarm.engines.routing.MultiWorkerEngine` of one per
+    server (sessions routed by hash, as over SGLang workers)."""
     from agentwarm.engines.sglang import check_url
     from agentwarm.engines.vllm import VLLMEngine
 
-    if "," in url:
-        raise ConfigError("--engine vllm:URL takes one vLLM server (several are not supported yet)")
+    urls = [u.strip().removeprefix(VLLM_PREFIX) for u in spec.split(",") if u.strip()]
+    if not urls:
+        raise ConfigError("--engine vllm:URL needs a URL, e.g. vllm:http://127.0.0.1:8000")
+    for url in urls:
+        try:
+            check_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"--engine vllm:URL: {exc}") from None
+    if len(urls) == 1:
+        return await VLLMEngine.from_url(urls[0], tokenizer=tokenizer)
+    from agentwarm.engines.routing import MultiWorkerEngine
+
+    engines = await asyncio.gather(
+        *(VLLMEngine.from_url(url, tokenizer=tokenizer) for url in urls), return_exceptions=True
+    )
+    opened = [e for e in engines if isinstance(e, VLLMEngine)]
+    failed = [e for e in engines if isinstance(e, BaseException)]
+    if failed:
+        await asyncio.gather(*(e.aclose() for e in opened), return_exceptions=True)
+        raise failed[0]
     try:
-        check_url(url)
+        return MultiWorkerEngine({engine.url: engine for engine in opened})
     except ValueError as exc:
-        raise ConfigError(f"--engine vllm:URL: {exc}") from None
-    return await VLLMEngine.from_url(url, tokenizer=tokenizer)
+        await asyncio.gather(*(e.aclose() for e in opened), return_exceptions=True)
+        raise ConfigError(f"--engine vllm:URL,URL...: {exc}") from None
 
 
 async def server_kind(url: str, timeout_s: float = 10.0) -> str | None:

@@ -22,6 +22,7 @@ tokenizer is loaded) transformers, nor (until a Qwen tokenizer is made) tiktoken
 from __future__ import annotations
 
 import functools
+import threading
 import unicodedata
 from collections.abc import Sequence
 from importlib import resources
@@ -328,6 +329,10 @@ def chat_template_of(tokenizer: Tokenizer, *, name: str) -> ChatTemplate | None:
     return QWEN2_5 if same == (QWEN2_5.source, QWEN2_5.bos_token, QWEN2_5.eos_token) else template
 
 
+#: Held while a tokenizer directory is loaded (clients may load theirs in worker threads at once).
+_LOADING = threading.Lock()
+
+
 def load_tokenizer(spec: str | Path | Tokenizer | None) -> Tokenizer | None:
     """``None``, a built-in name (:data:`BUILTIN_TOKENIZERS`: ``"byte"``, ``"qwen2.5"``), a local
     tokenizer directory / cached hub id, or a tokenizer object (returned as is). Raises
@@ -342,7 +347,8 @@ def load_tokenizer(spec: str | Path | Tokenizer | None) -> Tokenizer | None:
     if spec == "qwen2.5":
         return QwenTokenizer()
     try:
-        return HFTokenizer.from_dir(spec)
+        with _LOADING:  # transformers' lazy imports are not thread-safe (two at once fail)
+            return HFTokenizer.from_dir(spec)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ...
         raise EngineError(
             f"cannot load a tokenizer from {str(spec)!r} without downloading: {exc}"

@@ -10,9 +10,11 @@ import dataclasses
 
 import pytest
 
-from agentwarm.engines.base import new_rid
+from agentwarm.engines.base import PrefillStatus, new_rid
+from agentwarm.engines.registry import open_engine
+from agentwarm.engines.routing import MultiWorkerEngine
 from agentwarm.engines.vllm import VLLMEngine
-from agentwarm.errors import ContextLengthExceeded, RequestAborted
+from agentwarm.errors import ConfigError, ContextLengthExceeded, RequestAborted
 from tests.vllm.helpers import metric, namespace, prompt
 from tests.waiting import until
 
@@ -144,3 +146,20 @@ async def test_a_plain_url_of_a_vllm_server_is_told_apart_from_sglang(
         assert isinstance(engine, VLLMEngine)
     finally:
         await engine.aclose()
+
+
+async def test_several_vllm_servers_are_one_engine_routed_by_session(vllm_url: str) -> None:
+    # One server under two names (127.0.0.1 and localhost): two workers to the router.
+    alias = vllm_url.replace("127.0.0.1", "localhost")
+    engine = await open_engine(f"vllm:{vllm_url},{alias}", "tiny")
+    try:
+        assert isinstance(engine, MultiWorkerEngine)
+        assert engine.provider_name == "vllm" and engine.chat_template is not None
+        done = await engine.prefill(prompt(300), session="s-1", namespace=namespace())
+        assert done.status is PrefillStatus.DONE and done.computed_tokens == 300
+        reply = await engine.generate(engine.encode("The capital of France is"), max_tokens=3)
+        assert reply.token_ids and reply.prompt_tokens > 0
+    finally:
+        await engine.aclose()
+    with pytest.raises(ConfigError, match="vllm:URL"):
+        await open_engine("vllm:ftp://127.0.0.1:1,http://127.0.0.1:2", "tiny")
