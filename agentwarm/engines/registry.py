@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentwarm.engines.base import Engine
+from agentwarm.engines.built import resolve_model
 from agentwarm.errors import ConfigError
 from agentwarm.redact import redact_credentials
 
@@ -119,6 +120,7 @@ async def open_engine(
     _local_only(device=device, dtype=dtype)
     if spec == "fake":
         return build_engine("fake", model_name="fake")
+    model = resolve_model(model)  # smollm2: the directory scripts/setup_vllm.sh built
     tokenizer = model if Path(model).is_dir() else None
     if spec.startswith(VLLM_PREFIX):
         return await _open_vllm(spec.removeprefix(VLLM_PREFIX).strip(), tokenizer)

@@ -85,8 +85,10 @@ def load_chat_renderer(model: str) -> ChatRenderer:
     """The renderer of ``--model``: a preset name (its built-in tokenizer and template) or a
     local checkpoint/tokenizer directory (its tokenizer and chat template). Raises
     :class:`~agentwarm.errors.ConfigError` naming the fix when neither works."""
+    from agentwarm.engines.built import resolve_model
     from agentwarm.engines.tokenizers import PRESET_CONTEXT, PRESET_TOKENIZERS
 
+    model = resolve_model(model)  # smollm2: the directory scripts/setup_vllm.sh built
     spec: str | Path = PRESET_TOKENIZERS.get(model, model)
     if spec == model and not Path(model).is_dir():
         raise ConfigError(

@@ -1,6 +1,6 @@
 """The real model end to end (issue 24 §2, §3): ``agentwarm run`` through the CLI on the real vLLM
-server, and on the embedded engine with the same converted SmolLM2 directory (``--model DIR``:
-its own tokenizer and chat template)."""
+server, and on the embedded engine with the same converted SmolLM2 directory (``--model smollm2``,
+the name of what ``scripts/setup_vllm.sh`` built: its own tokenizer and chat template)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from agentwarm.engines.vllm import VLLMEngine
 from tests.conftest_server import ROOT
-from tests.vllm_server import MODEL, missing
+from tests.vllm_server import missing
 
 
 def run_json(*args: str) -> dict[str, Any]:
@@ -46,6 +46,7 @@ async def test_agentwarm_run_learns_and_prefetches_on_vllm(vllm_url: str) -> Non
 def test_the_embedded_engine_runs_the_converted_model() -> None:
     if (why := missing()) is not None and "model" in why:
         pytest.skip(why)
-    report = run_json("--model", str(MODEL), "--runs", "2")
+    # ``smollm2`` names the directory the setup script built (MODEL, from the working directory)
+    report = run_json("--model", "smollm2", "--runs", "2")
     assert report["runs"] == 2 and report["failed_runs"] == []
     assert report["prefetch_hits"] > 0 and report["cached_tokens"] > 0

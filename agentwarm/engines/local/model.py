@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agentwarm.engines.built import BUILT_MODELS, resolve_model
 from agentwarm.engines.tokenizers import (
     PRESET_CONTEXT,
     PRESET_TOKENIZERS,
@@ -167,6 +168,8 @@ def load_model(
     """
     if isinstance(spec, str) and spec in PRESETS:
         return _load_preset(spec, device=device, dtype=dtype, seed=seed)
+    if isinstance(spec, str) and spec in BUILT_MODELS:
+        spec = resolve_model(spec)  # a real model a setup script built (ConfigError if not)
     return _load_dir(Path(spec), device=device, dtype=dtype)
 
 
