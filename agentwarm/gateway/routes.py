@@ -181,13 +181,15 @@ class ChatProxy:
             refused.headers["Retry-After"] = self.upstream.liveness.retry_after
             return refused
         watch = self.upstream.liveness.watch(worker)
+        leave = self.upstream.live(worker)  # waiting for its first token (a vLLM worker's gate)
         response: Response | None = None
         try:
-            response = await self._forward(request, call, worker, reply, watch)
+            response = await self._forward(request, call, worker, reply, watch, leave)
             return response
         finally:
-            if not isinstance(response, Relay):
-                watch.close()  # a relay closes it when its stream ends
+            if not isinstance(response, Relay):  # a relay ends both when its stream does
+                watch.close()
+                leave()
 
     async def _forward(
         self,
@@ -196,28 +198,10 @@ class ChatProxy:
         worker: str,
         reply: ReplyAssembler,
         watch: Watch,
+        leave: Callable[[], None],
     ) -> Response:
         """Send ``call`` to ``worker``; its answer, or the error that ended the wait."""
         stops = (watch.stopped, self.drain.expired)
-        leave = self.upstream.live(worker)  # waiting for its first token (a vLLM worker's gate)
-        response: Response | None = None
-        try:
-            response = await self._relay(request, call, worker, reply, watch, stops, leave)
-            return response
-        finally:
-            if not isinstance(response, Relay):
-                leave()  # a relay ends the wait at its first event
-
-    async def _relay(
-        self,
-        request: Request,
-        call: ChatCall,
-        worker: str,
-        reply: ReplyAssembler,
-        watch: Watch,
-        stops: tuple[asyncio.Future[HTTPError], ...],
-        leave: Callable[[], None],
-    ) -> Response:
         try:
             upstream = await until_gone(
                 request.receive,
