@@ -71,11 +71,13 @@ async def test_unknown_engines_are_refused_with_the_choices() -> None:
     assert "hunter2" not in str(bad.value)
 
 
-async def test_a_vllm_engine_takes_one_well_formed_url() -> None:
+async def test_a_vllm_engine_takes_well_formed_urls() -> None:
     with pytest.raises(ConfigError, match=r"^--engine vllm:URL: engine URL 'ftp://h' is not valid"):
         await open_engine("vllm:ftp://h", "tiny")
-    with pytest.raises(ConfigError, match=r"^--engine vllm:URL takes one vLLM server"):
-        await open_engine("vllm:http://127.0.0.1:1,http://127.0.0.1:2", "tiny")
+    with pytest.raises(ConfigError, match=r"^--engine vllm:URL: engine URL 'ftp://h' is not valid"):
+        await open_engine("vllm:http://127.0.0.1:1,ftp://h", "tiny")  # before any connection
+    with pytest.raises(ConfigError, match=r"^--engine vllm:URL needs a URL"):
+        await open_engine("vllm: , ", "tiny")
 
 
 async def test_a_malformed_url_is_refused_before_any_connection() -> None:
