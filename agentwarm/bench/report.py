@@ -14,6 +14,11 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
   (``None`` when no prefetch was issued, :mod:`agentwarm.stats.definitions`).
 * ``peak_rss_mib``: the process's peak resident set (``ru_maxrss``), per mode once its engine
   was released, and for the whole bench.
+* ``itl_mean_s`` / ``itl_p50_s`` / ``itl_p95_s``: inter-token latency of the live requests
+  (each finished generate with at least 2 output tokens: its seconds between output tokens
+  after the first, :attr:`RequestRecord.itl_s`), mean and percentiles over those requests
+  (``None`` when none has one); ``itl_slowdown_vs_reactive`` = agentwarm / reactive mean ITL:
+  what speculation running beside the live requests costs their decoding.
 * ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
   ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
 * Mid-decode hints (:mod:`agentwarm.stats.hints`): ``hint_steps`` steps had a successor named
@@ -44,7 +49,7 @@ from rich.table import Table
 from agentwarm.bench.modes import MODES, ModeRun
 from agentwarm.errors import ConfigError
 from agentwarm.runtime import summarize
-from agentwarm.stats.definitions import has_previous
+from agentwarm.stats.definitions import has_previous, percentile
 from agentwarm.stats.hints import hint_figures
 
 __all__ = ("BenchReport", "gap_to_oracle", "headline", "mode_figures", "require_matplotlib")
@@ -70,6 +75,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         for st in steps
         if not st.prefetched and has_previous(st) and st.ttft_s is not None
     ]
+    itl = [v for q in live if (v := q.itl_s) is not None]
     prompt = s["prompt_tokens"]
     think = run.accounted_think_s or [0.0] * len(run.results)
     makespans = [r.duration_s + t for r, t in zip(run.results, think, strict=True)]
@@ -87,6 +93,9 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         "ttft_p50_s": s["ttft_p50_s"],
         "ttft_p95_s": s["ttft_p95_s"],
         "makespan_s": statistics.fmean(makespans) if makespans else None,
+        "itl_mean_s": statistics.fmean(itl) if itl else None,
+        "itl_p50_s": percentile(itl, 50),
+        "itl_p95_s": percentile(itl, 95),
         "wall_s": run.wall_s,
         "prompt_tokens": prompt,
         "prompt_tokens_mean": statistics.fmean(asked) if asked else None,
@@ -127,8 +136,8 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def headline(modes: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    """``gap_closed`` and the speedups vs reactive (``None`` where a mode is missing or the
-    denominator is zero)."""
+    """``gap_closed``, the speedups vs reactive and agentwarm's ITL slowdown vs reactive
+    (``None`` where a mode is missing or the denominator is zero)."""
     r, a, o = (modes.get(m, {}) for m in ("reactive", "agentwarm", "oracle"))
     rt, at, ot = r.get("ttft_mean_s"), a.get("ttft_mean_s"), o.get("ttft_mean_s")
     gap = None
@@ -140,6 +149,7 @@ def headline(modes: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         "makespan_speedup_vs_reactive": _ratio(r.get("makespan_s"), a.get("makespan_s")),
         "oracle_ttft_speedup_vs_reactive": _ratio(rt, ot),
         "reactive_ttft_speedup_vs_cold": _ratio(modes.get("cold", {}).get("ttft_mean_s"), rt),
+        "itl_slowdown_vs_reactive": _ratio(a.get("itl_mean_s"), r.get("itl_mean_s")),
     }
 
 
@@ -252,6 +262,8 @@ class BenchReport:
             ("TTFT p50 ms", "ttft_p50_s", _ms),
             ("TTFT p95 ms", "ttft_p95_s", _ms),
             ("episode makespan s", "makespan_s", _s),
+            ("live ITL mean ms", "itl_mean_s", _ms),
+            ("live ITL p95 ms", "itl_p95_s", _ms),
             ("prompt tokens cached", "cache_hit_ratio", _pct),
             ("prefill tokens computed", "computed_tokens", str),
             ("  of which wasted", "wasted_tokens", str),
@@ -280,7 +292,8 @@ class BenchReport:
             f"gap closed [bold]{_num(h['gap_closed'])}[/] · TTFT speedup vs reactive "
             f"[bold]{_x(h['ttft_speedup_vs_reactive'])}[/] (oracle "
             f"{_x(h['oracle_ttft_speedup_vs_reactive'])}) · makespan speedup "
-            f"{_x(h['makespan_speedup_vs_reactive'])} · {self.elapsed_s:.0f} s · peak RSS "
+            f"{_x(h['makespan_speedup_vs_reactive'])} · ITL agentwarm/reactive "
+            f"{_x(h['itl_slowdown_vs_reactive'])} · {self.elapsed_s:.0f} s · peak RSS "
             f"{_mib(self.peak_rss_mib)}"
         )
         gap = self.gap_to_oracle

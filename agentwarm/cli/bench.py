@@ -56,7 +56,8 @@ def bench(
         typer.Option(
             "--profile",
             help="quick (tiny model, 6 episodes of <= 6 steps: CI smoke test) | full (small "
-            "model, 5 episodes of <= 8 steps: <= 30 min on 2 cores).",
+            "model, 5 episodes of <= 8 steps: <= 30 min on 2 cores) | server (a serving "
+            "engine on 2 cores, e.g. vllm:URL: 3 modes, 6 episodes of <= 5 steps, ~20 min).",
         ),
     ] = "quick",
     trajectories: Annotated[
@@ -87,7 +88,10 @@ def bench(
         str | None, typer.Option("--layout", help=f"Prompt layout: {' | '.join(LAYOUTS)}.")
     ] = None,
     engine: Annotated[
-        str, typer.Option("--engine", help="local | fake | http://HOST:PORT (SGLang or serve).")
+        str,
+        typer.Option(
+            "--engine", help="local | fake | http://HOST:PORT (SGLang, serve or vLLM) | vllm:URL."
+        ),
     ] = "local",
     model: Annotated[
         str | None,
