@@ -61,8 +61,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agentwarm.bench.config import PROFILES as BENCH_PROFILES
 from agentwarm.bench.workload import LAYOUTS, PromptSizes, ThinkTime
+from agentwarm.engines.base import new_rid
+from agentwarm.engines.registry import VLLM_PREFIX
 from agentwarm.errors import ConfigError
 from agentwarm.stats.definitions import percentile
 from benchmarks.gateway_overhead import measure_overhead
@@ -99,6 +103,14 @@ PROFILES: dict[str, Profile] = {
     # ~0.45 ms per byte token ≈ 1.8 ms per Qwen token: small's prefill on 2 CPU cores (README).
     "full": Profile(20, 10, 12, "lognormal:mean=4.0,sigma=0.5", "const:0.5", 4.5e-4, 0.03, 500,
                     BENCH_PROFILES["full"].config.sizes),
+    # A real vLLM server on 2 CPU cores (SmolLM2, 8k context, prefill ~260 tokens/s): a step's
+    # new tokens (a head's instructions + the conversation under it) take seconds; the think
+    # time leaves the next head's prefetch that long. Prompts stay under 4k tokens.
+    "vllm": Profile(4, 3, 4, "const:8", "const:0.5", 0.0, 0.0, 40,
+                    BENCH_PROFILES["full"].config.sizes),
+    # The test's (tests/vllm/test_gateway_bench.py): the least that learns and hits once.
+    "vllm-quick": Profile(3, 1, 3, "const:4", "const:0.5", 0.0, 0.0, 20,
+                          BENCH_PROFILES["quick"].config.sizes),
 }  # fmt: skip
 
 
@@ -107,15 +119,20 @@ def _delta(before: dict[str, Any], after: dict[str, Any], key: str) -> int:
 
 
 async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[str, Any]:
-    """One mode (``direct`` or ``learner``) on a fresh upstream: warm-up, then measured."""
+    """One mode (``direct`` or ``learner``) on a fresh upstream (on a shared vLLM server: in a
+    ``cache_salt`` of its own): warm-up, then measured."""
     t0 = time.perf_counter()
     renderer = renderer_for(spec) if kind == "learner" else None
-    async with stack(kind, spec, renderer) as target:
-        await replay(target, rp.workload, rp.warmup, max_tokens=max_tokens)
+    salt = f"bench-{new_rid()}-{kind}" if spec.kind == "vllm" else None
+    tools = spec.takes_tools
+    async with stack(kind, spec, renderer, salt=salt) as target:
+        warm = await replay(target, rp.workload, rp.warmup, max_tokens=max_tokens, tools=tools)
         before = target.learner.stats() if target.learner else {}
-        samples = await replay(target, rp.workload, rp.measured, max_tokens=max_tokens)
+        samples = await replay(target, rp.workload, rp.measured, max_tokens=max_tokens, tools=tools)
         after = target.learner.stats() if target.learner else {}
         gateway = target.gateway_summary()
+    errors = [s.error for s in (*warm, *samples) if s.error is not None]
+    samples = [s for s in samples if s.error is None]
     ttfts = sorted(s.ttft_s for s in samples)
     prompt, cached = sum(s.prompt_tokens for s in samples), sum(s.cached_tokens for s in samples)
     d = {key: _delta(before, after, key) for key in _COUNTS}
@@ -123,6 +140,8 @@ async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) 
     overhead = gateway.get("overhead_p50_s")
     return {
         "requests": len(samples),
+        "client_errors": len(errors),
+        "first_error": errors[0] if errors else None,
         "ttft_mean_s": statistics.fmean(ttfts) if ttfts else None,
         "ttft_p50_s": percentile(ttfts, 50),
         "ttft_p95_s": percentile(ttfts, 95),
@@ -172,13 +191,21 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every figure the options ask for, as one JSON-ready object."""
     t0 = time.perf_counter()
     prof = PROFILES[args.profile]
+    kind, url = args.engine, None
+    model, name = args.model or "small", None
+    if kind.startswith(VLLM_PREFIX):
+        kind, url = "vllm", kind.removeprefix(VLLM_PREFIX).rstrip("/")
+        name, root = served(url)
+        model = args.model or root
     spec = EngineSpec(
-        args.engine,
-        args.model,
+        kind,
+        model,
         args.seconds_per_token if args.seconds_per_token is not None else prof.seconds_per_token,
         args.seconds_per_output_token
         if args.seconds_per_output_token is not None
         else prof.seconds_per_output_token,
+        url=url,
+        name=name,
     )
     think = ThinkTime.parse(args.think or prof.think)
     warmup_think = ThinkTime.parse(args.warmup_think or prof.warmup_think)
@@ -202,7 +229,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "profile": args.profile,
         "engine": spec.kind,
-        "model": spec.model if spec.kind == "local" else None,
+        "model": spec.model if spec.kind != "fake" else None,
+        "url": spec.url,
+        "served_model": spec.name,
         "seconds_per_token": spec.seconds_per_token if spec.kind == "fake" else None,
         "seconds_per_output_token": spec.seconds_per_output_token if spec.kind == "fake" else None,
         "think": str(think),
@@ -226,6 +255,26 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     out["elapsed_s"] = time.perf_counter() - t0
     return out
+
+
+def served(url: str) -> tuple[str, str]:
+    """The model a running vLLM server at ``url`` serves: its name (requests' ``model``) and the
+    directory it loaded it from (``/v1/models``' ``root``: the renderer's default, which must be
+    a directory here); ConfigError when the server does not answer so."""
+    try:
+        resp = httpx.get(f"{url}/v1/models", timeout=10, trust_env=False)
+        data = resp.json()["data"][0]
+        return str(data["id"]), str(data.get("root") or data["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        why = f"{url}/v1/models: no served model ({exc}); is it a vLLM server?"
+        raise ConfigError(why) from exc
+
+
+def _engine(value: str) -> str:
+    """``--engine``'s value: ``fake``, ``local`` or ``vllm:URL``."""
+    if value in ("fake", "local") or (value.startswith(VLLM_PREFIX + "http") and len(value) > 12):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use fake, local or vllm:http://HOST:PORT")
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -256,6 +305,7 @@ def render(report: dict[str, Any]) -> str:
         ("acceptance", "acceptance_ratio", "%"),
         ("wasted tokens", "wasted_tokens", ""),
         ("prefetches issued", "prefetches_issued", ""),
+        ("client errors", "client_errors", ""),
     ]
     for layout, lay in report["layouts"].items():
         d, g = lay["direct"], lay["gateway"]
@@ -304,8 +354,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add = parser.add_argument
     add("--profile", choices=sorted(PROFILES), default="full")
     add("--quick", action="store_true", help="--profile quick (a smoke test)")
-    add("--engine", choices=("fake", "local"), default="fake")
-    add("--model", default="small", help="local engine's preset or checkpoint (default small)")
+    add("--engine", type=_engine, default="fake", help="fake, local or vllm:URL (a running server)")
+    add(
+        "--model",
+        help="the local engine's preset or checkpoint (default small); for vllm:URL, the served "
+        "model's directory: its tokenizer and chat template (default: the server's own)",
+    )
     add("--layout", choices=(*LAYOUTS, "both"), default="both")
     add("--file", type=Path, default=DEFAULT_FILE, help="conversations (JSON lines)")
     add("--warmup", type=int, help="unmeasured conversations first (full: 20)")
