@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import openai
 import uvicorn
 from starlette.applications import Starlette
@@ -54,10 +56,12 @@ __all__ = (
     "Stack",
     "ask",
     "build_replay",
+    "engine_arg",
     "renderer_for",
     "replay",
     "requests_of",
     "served",
+    "served_model",
     "stack",
     "without_tools",
 )
@@ -103,6 +107,26 @@ class EngineSpec:
             max_context=FAKE_CONTEXT,
             model_name=f"fake-{self.model}",
         )
+
+
+def served_model(url: str) -> tuple[str, str]:
+    """The model a running vLLM server at ``url`` serves: its name (requests' ``model``) and the
+    directory it loaded it from (``/v1/models``' ``root``: the renderer's default, which must be
+    a directory here); ConfigError when the server does not answer so."""
+    try:
+        resp = httpx.get(f"{url}/v1/models", timeout=10, trust_env=False)
+        data = resp.json()["data"][0]
+        return str(data["id"]), str(data.get("root") or data["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        why = f"{url}/v1/models: no served model ({exc}); is it a vLLM server?"
+        raise ConfigError(why) from exc
+
+
+def engine_arg(value: str) -> str:
+    """``--engine``'s value: ``fake``, ``local`` or ``vllm:URL``."""
+    if value in ("fake", "local") or (value.startswith(VLLM_PREFIX + "http") and len(value) > 12):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use fake, local or vllm:http://HOST:PORT")
 
 
 def renderer_for(spec: EngineSpec) -> Renderer:
