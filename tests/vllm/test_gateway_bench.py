@@ -20,9 +20,12 @@ from tests.vllm_server import MODEL
 
 CONVERSATIONS = ROOT.parent / "shared" / "data" / "tau-airline" / "conversations.jsonl"
 
-pytestmark = pytest.mark.skipif(
-    not CONVERSATIONS.is_file(), reason=f"{CONVERSATIONS} is not there (shared data)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not CONVERSATIONS.is_file(), reason=f"{CONVERSATIONS} is not there (shared data)"
+    ),
+    pytest.mark.timeout(1800),  # the subprocess's own limit, on a loaded shared server
+]
 
 
 def test_the_replay_through_the_gateway_prefetches_into_vllm_and_hits(vllm_url: str) -> None:
