@@ -57,11 +57,12 @@ from agentwarm.engines.sglang.connection import Connection
 from agentwarm.engines.sglang.metrics import ClientCounters
 from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_tokenizer
 from agentwarm.engines.vllm.errors import PriorityRefused
+from agentwarm.engines.vllm.flags import ServerFlags
 from agentwarm.engines.vllm.flights import Flight, Flights, LiveGate, next_chunk_end
-from agentwarm.engines.vllm.metrics import CacheConfig, parse_cache_config
+from agentwarm.engines.vllm.metrics import CacheConfig, read_cache_config
 from agentwarm.engines.vllm.protocol import completions_body
-from agentwarm.engines.vllm.server import ServedModel, served_model, tokenizer_for
-from agentwarm.engines.vllm.stream import Final, start_stream
+from agentwarm.engines.vllm.server import ServedModel, read_server
+from agentwarm.engines.vllm.stream import Final, new_text, start_stream
 from agentwarm.errors import EngineError, RequestAborted
 
 __all__ = ("DEFAULT_PREFILL_CHUNK_TOKENS", "VLLMEngine")
@@ -73,7 +74,6 @@ log = logging.getLogger(__name__)
 #: a live TTFT of 0.05/0.17/0.37 x that prefill alone (goal <= 0.35); 256 halves 512's wait
 #: (~8 s vs ~16 s on 1 CPU core) for half the chunks of 128 (which cost +32% total prefill time).
 DEFAULT_PREFILL_CHUNK_TOKENS = 256
-PROMPT_DETAILS_FLAG = "--enable-prompt-tokens-details"
 
 
 class VLLMEngine(Engine):
@@ -129,7 +129,6 @@ class VLLMEngine(Engine):
         self.cache: CacheConfig | None = None
         self.block_size = 16
         self.prefill_chunk_tokens = prefill_chunk_tokens
-        self.send_priority = send_priority
         self._tokenizer = tokenizer
         self.chat_template: ChatTemplate | None = None
         self._connected = asyncio.Lock()
@@ -138,7 +137,8 @@ class VLLMEngine(Engine):
         self._flights = Flights()
         self._live = LiveGate()
         self._counters = ClientCounters()
-        self._warned_details = False
+        #: What the server was started without, as its answers tell.
+        self.flags = ServerFlags(self.url, send_priority=send_priority)
 
     @classmethod
     async def from_url(
@@ -167,13 +167,11 @@ class VLLMEngine(Engine):
         )
         try:
             await http.wait_ready(wait_s, 0.5)
-            model = await served_model(http)
-            cache = await _cache_config(http)
+            model, cache, tok = await read_server(
+                http, tokenizer=load_tokenizer(tokenizer), api_key=api_key
+            )
         finally:
             await http.aclose()
-        tok = load_tokenizer(tokenizer) if tokenizer is not None else None
-        if tok is None:
-            tok = await asyncio.to_thread(tokenizer_for, model, http.base_url, api_key=api_key)
         return cls(url, model=model, tokenizer=tok, cache=cache, api_key=api_key, **kwargs)
 
     @classmethod
@@ -193,13 +191,9 @@ class VLLMEngine(Engine):
         async with self._connected:
             if self.model is not None:
                 return
-            model = await served_model(self._http)
-            cache = await _cache_config(self._http)
-            tok = self._tokenizer
-            if tok is None:
-                tok = await asyncio.to_thread(
-                    tokenizer_for, model, self._http.base_url, api_key=self.api_key
-                )
+            model, cache, tok = await read_server(
+                self._http, tokenizer=self._tokenizer, api_key=self.api_key
+            )
             self._connect(model, cache, tok)
 
     def _connect(
@@ -241,7 +235,7 @@ class VLLMEngine(Engine):
                     final = await self._run(wire[:end], request, flight, live=False)
                 except RequestAborted:
                     break
-                cached += max(0, self._cached(final) - done)
+                cached += max(0, self.flags.cached(final.usage) - done)
                 done = end if end == len(wire) else end - 1
         status = PrefillStatus.DONE if done == len(wire) else PrefillStatus.ABORTED
         reached = len(ids) if status is PrefillStatus.DONE else done
@@ -265,7 +259,7 @@ class VLLMEngine(Engine):
         iterator early closes the connection, which makes vLLM abort the request."""
         check_context(len(ids), await self._context(), max_tokens=params.max_tokens)
         out: list[int] = []
-        shown = ""  # the text yielded so far: a prefix of decode(out) (see _text)
+        shown = ""  # the text yielded so far: a prefix of decode(out) (see new_text)
         with self._flights.tracking(params.rid) as flight:
             async for piece in self._pieces(list(ids), params, flight, live=True):
                 if isinstance(piece, Final):
@@ -274,7 +268,7 @@ class VLLMEngine(Engine):
                     yield StreamChunk((), text[len(shown) :], completion)
                 else:
                     out.extend(piece[0])
-                    new = self._text(out, shown)
+                    new = new_text(self.decode(out), shown)
                     shown += new
                     yield StreamChunk(tuple(piece[0]), new)
 
@@ -304,7 +298,7 @@ class VLLMEngine(Engine):
     async def stats(self) -> EngineStats:
         """This client's traffic; KV capacity and tokens in use from ``/metrics``."""
         mine = self._counters.stats()
-        cache = await _cache_config(self._http)
+        cache = await read_cache_config(self._http)
         if cache is None:
             return mine
         self.cache = cache
@@ -365,7 +359,7 @@ class VLLMEngine(Engine):
                     yield piece
                 return
             except PriorityRefused:
-                if attempt == 2 or not self._refuse_priority():
+                if attempt == 2 or not self.flags.refuse_priority():
                     raise
             except RequestAborted:
                 if live:
@@ -382,37 +376,14 @@ class VLLMEngine(Engine):
             max_tokens=params.max_tokens,
             temperature=params.temperature,
             seed=params.seed,
-            priority=params.priority if self.send_priority else None,
+            priority=params.priority if self.flags.send_priority else None,
             namespace=params.namespace,
         )
-
-    def _cached(self, final: Final) -> int:
-        cached = final.usage.cached_tokens
-        if cached is None:
-            if not self._warned_details:
-                self._warned_details = True
-                log.warning(
-                    "%s reports no cached prompt tokens: start vLLM with %s (cached_tokens "
-                    "count as 0 until then)",
-                    self.url,
-                    PROMPT_DETAILS_FLAG,
-                )
-            return 0
-        return cached
-
-    def _text(self, out: Sequence[int], shown: str) -> str:
-        """The new text of the ids ``out`` after ``shown``: held back while the decoded text
-        ends in a partial character (U+FFFD) or would rewrite what was shown, so that the
-        chunks' texts add up to ``decode(token_ids)``, the completion's text."""
-        text = self.decode(out)
-        if text.endswith("\ufffd") or not text.startswith(shown):
-            return ""
-        return text[len(shown) :]
 
     def _completion(
         self, ids: Sequence[int], params: GenerateParams, final: Final, text: str
     ) -> Completion:
-        prompt, cached = final.usage.prompt_tokens, self._cached(final)
+        prompt, cached = final.usage.prompt_tokens, self.flags.cached(final.usage)
         self._counters.finished(prompt, cached, prompt - cached)
         return Completion(
             text=text,
@@ -425,28 +396,5 @@ class VLLMEngine(Engine):
             e2e_s=final.e2e_s,
         )
 
-    def _refuse_priority(self) -> bool:
-        if not self.send_priority:
-            return False
-        self.send_priority = False
-        log.warning(
-            "%s refuses request priorities (start vLLM with --scheduling-policy priority); "
-            "sending none from now on, so speculative prefills compete with live requests",
-            self.url,
-        )
-        return True
-
     def __repr__(self) -> str:
         return f"VLLMEngine({self.url!r}, model={self.model_name!r})"
-
-
-async def _cache_config(http: Connection) -> CacheConfig | None:
-    """The KV cache config from ``/metrics``, ``None`` when not reported (logged once by the
-    caller's absence of capacity)."""
-    resp = await http.request("GET", "/metrics")
-    if resp.status_code != 200:
-        return None
-    try:
-        return parse_cache_config(resp.text)
-    except ValueError:
-        return None

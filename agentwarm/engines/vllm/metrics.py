@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ("CACHE_CONFIG", "KV_USAGE", "CacheConfig", "parse_cache_config")
+from agentwarm.engines.sglang.connection import Connection
+
+__all__ = ("CACHE_CONFIG", "KV_USAGE", "CacheConfig", "parse_cache_config", "read_cache_config")
 
 CACHE_CONFIG = "vllm:cache_config_info"
 KV_USAGE = "vllm:kv_cache_usage_perc"
@@ -58,3 +60,14 @@ def parse_cache_config(text: str) -> CacheConfig | None:
     blocks = str(labels.get("num_gpu_blocks", ""))
     capacity = int(tokens) if tokens.isdigit() else int(blocks) * block if blocks.isdigit() else 0
     return CacheConfig(block_size=block, capacity_tokens=capacity or None, usage=usage)
+
+
+async def read_cache_config(http: Connection) -> CacheConfig | None:
+    """The KV cache config from the server's ``/metrics``; ``None`` when it reports none."""
+    resp = await http.request("GET", "/metrics")
+    if resp.status_code != 200:
+        return None
+    try:
+        return parse_cache_config(resp.text)
+    except ValueError:
+        return None

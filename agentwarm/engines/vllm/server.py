@@ -10,6 +10,7 @@ round trip per call).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,9 +19,16 @@ from pathlib import Path
 from agentwarm.engines.sglang.connection import Connection
 from agentwarm.engines.sglang.tokenizers import RemoteTokenizer
 from agentwarm.engines.tokenizers import Tokenizer, load_tokenizer
+from agentwarm.engines.vllm.metrics import CacheConfig, read_cache_config
 from agentwarm.errors import EngineError
 
-__all__ = ("ServedModel", "VLLMRemoteTokenizer", "served_model", "tokenizer_for")
+__all__ = (
+    "ServedModel",
+    "VLLMRemoteTokenizer",
+    "read_server",
+    "served_model",
+    "tokenizer_for",
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +87,15 @@ def tokenizer_for(model: ServedModel, base_url: str, *, api_key: str | None) -> 
     remote.encode("a")  # fails now, with the server's answer, if it cannot tokenize
     log.warning("%s: %s is not a local directory; tokenizing with its /tokenize", remote.url, root)
     return remote
+
+
+async def read_server(
+    http: Connection, *, tokenizer: Tokenizer | None, api_key: str | None
+) -> tuple[ServedModel, CacheConfig | None, Tokenizer]:
+    """What a client reads before its first request: the served model, the KV cache config
+    (``/metrics``) and the tokenizer (``tokenizer``, else :func:`tokenizer_for`, in a thread)."""
+    model = await served_model(http)
+    cache = await read_cache_config(http)
+    if tokenizer is None:
+        tokenizer = await asyncio.to_thread(tokenizer_for, model, http.base_url, api_key=api_key)
+    return model, cache, tokenizer

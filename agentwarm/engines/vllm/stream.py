@@ -135,3 +135,12 @@ def start_stream(
             task.cancel()  # closing early closes the connection: vLLM aborts the request
 
     return task, pieces()
+
+
+def new_text(text: str, shown: str) -> str:
+    """The new part of ``text`` (the decoding of a stream's ids so far) after ``shown``, the
+    text already yielded: none while ``text`` ends in a partial character (U+FFFD) or would
+    rewrite what was shown, so that the chunks' texts add up to the completion's text."""
+    if text.endswith("\ufffd") or not text.startswith(shown):
+        return ""
+    return text[len(shown) :]

@@ -1,0 +1,56 @@
+"""What a vLLM server was started without, as one :class:`~agentwarm.engines.vllm.VLLMEngine`
+finds out from its answers, each said in one warning naming the flag:
+
+* ``--enable-prompt-tokens-details``: ``usage`` has no cached prompt tokens; they count as 0.
+* ``--scheduling-policy priority``: the server refuses ``priority``; none is sent from then on
+  (speculative prefills then compete with live requests).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agentwarm.engines.vllm.protocol import Usage
+
+__all__ = ("PROMPT_DETAILS_FLAG", "ServerFlags")
+
+log = logging.getLogger("agentwarm.engines.vllm.client")  # the engine's own log
+
+PROMPT_DETAILS_FLAG = "--enable-prompt-tokens-details"
+
+
+class ServerFlags:
+    """The server at ``url``'s flags as far as its answers tell (module docstring)."""
+
+    def __init__(self, url: str, *, send_priority: bool = True) -> None:
+        self.url = url
+        #: Whether requests carry ``priority`` (until the server refuses it).
+        self.send_priority = send_priority
+        self._warned_details = False
+
+    def cached(self, usage: Usage) -> int:
+        """``usage``'s cached prompt tokens; 0 (and one warning) when it reports none."""
+        if usage.cached_tokens is not None:
+            return usage.cached_tokens
+        if not self._warned_details:
+            self._warned_details = True
+            log.warning(
+                "%s reports no cached prompt tokens: start vLLM with %s (cached_tokens count as "
+                "0 until then)",
+                self.url,
+                PROMPT_DETAILS_FLAG,
+            )
+        return 0
+
+    def refuse_priority(self) -> bool:
+        """The server refused ``priority``: stop sending it (one warning). False when it was
+        not being sent (the refusal is something else)."""
+        if not self.send_priority:
+            return False
+        self.send_priority = False
+        log.warning(
+            "%s refuses request priorities (start vLLM with --scheduling-policy priority); "
+            "sending none from now on, so speculative prefills compete with live requests",
+            self.url,
+        )
+        return True
