@@ -9,30 +9,18 @@ from typer.testing import CliRunner
 
 from agentwarm.bench.config import PROFILES
 from agentwarm.cli import app
+from tests.bench.fake_args import bench_args
 
 runner = CliRunner()
 NOTE = PROFILES["quick"].note(3)  # the 3 episodes of _args
 assert NOTE is not None
 
 
+ROWS = [["a", "b"], ["b", "a"], ["a", "a", "b"]]
+
+
 def _args(tmp_path: Path, *extra: str) -> list[str]:
-    eps = tmp_path / "eps.jsonl"
-    rows = [["a", "b"], ["b", "a"], ["a", "a", "b"]]
-    eps.write_text("".join(json.dumps({"steps": r}) + "\n" for r in rows), encoding="utf-8")
-    return [
-        "bench",
-        "--engine",
-        "fake",
-        "--trajectories",
-        str(eps),
-        "--test-fraction",
-        "1",
-        "--think",
-        "const:0",
-        "--modes",
-        "reactive,oracle",
-        *extra,
-    ]
+    return bench_args(tmp_path, ROWS, "reactive,oracle", *extra)
 
 
 def test_quick_profile_report_says_its_ratios_are_noise(tmp_path: Path) -> None:

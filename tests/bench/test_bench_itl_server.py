@@ -13,6 +13,7 @@ from agentwarm.bench import headline
 from agentwarm.bench.config import PROFILES
 from agentwarm.bench.metered import RequestRecord
 from agentwarm.cli import app
+from tests.bench.fake_args import bench_args
 
 runner = CliRunner()
 
@@ -42,24 +43,11 @@ def test_headline_itl_slowdown_is_agentwarm_over_reactive() -> None:
     assert headline({"reactive": {"itl_mean_s": 0.02}})["itl_slowdown_vs_reactive"] is None
 
 
+ROWS = [["a", "b", "a"], ["b", "a"], ["a", "a", "b"]]
+
+
 def _args(tmp_path: Path, *extra: str) -> list[str]:
-    eps = tmp_path / "eps.jsonl"
-    rows = [["a", "b", "a"], ["b", "a"], ["a", "a", "b"]]
-    eps.write_text("".join(json.dumps({"steps": r}) + "\n" for r in rows), encoding="utf-8")
-    return [
-        "bench",
-        "--engine",
-        "fake",
-        "--trajectories",
-        str(eps),
-        "--test-fraction",
-        "1",
-        "--think",
-        "const:0",
-        "--modes",
-        "reactive,agentwarm",
-        *extra,
-    ]
+    return bench_args(tmp_path, ROWS, "reactive,agentwarm", *extra)
 
 
 def test_json_and_table_report_live_itl(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from agentwarm.bench.inputs import Episode
 from agentwarm.bench.workload import Workload
 from agentwarm.cli import app
+from tests.bench.fake_args import bench_args
 
 runner = CliRunner()
 SHARED_TOOLS = Path(__file__).resolve().parents[3] / "shared/data/tau2-retail/tools.json"
@@ -20,29 +21,8 @@ def _schema(name: str) -> dict[str, object]:
     return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
 
 
-def _trajectories(tmp_path: Path, rows: list[list[str]]) -> Path:
-    f = tmp_path / "eps.jsonl"
-    f.write_text("".join(json.dumps({"steps": r}) + "\n" for r in rows), encoding="utf-8")
-    return f
-
-
 def _bench(tmp_path: Path, tools: Path, rows: list[list[str]], *extra: str):
-    args = [
-        "bench",
-        "--engine",
-        "fake",
-        "--trajectories",
-        str(_trajectories(tmp_path, rows)),
-        "--tools",
-        str(tools),
-        "--test-fraction",
-        "1",
-        "--think",
-        "const:0",
-        "--modes",
-        "reactive,agentwarm",
-        *extra,
-    ]
+    args = [*bench_args(tmp_path, rows, "reactive,agentwarm", "--tools", str(tools)), *extra]
     return runner.invoke(app, args, env={"AGENTWARM_NO_PROGRESS": "1"})
 
 
