@@ -1,28 +1,70 @@
 """Session fixtures shared across test packages: only the one real vLLM server (issue 24), so
-that the conformance suite (``tests/engines``) and ``tests/vllm`` share one process."""
+that the conformance suite (``tests/engines``) and ``tests/vllm`` share one process.
+
+The server is started as soon as collection shows that a selected test needs it, so that its
+~1 min start-up overlaps the tests that run before the first one that does. Under pytest-xdist
+(the README's test command: ``-n 2 --dist loadgroup``) the tests are grouped by file, as
+``--dist loadfile`` would, so a module's fixtures start once, and every test that needs the vLLM
+server is in the one group ``vllm``, so one worker runs them all against one server; that worker
+starts it at the first such test while the other goes on with the rest."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.vllm_server import URL_ENV, VLLMServer, missing
 
+_SERVER = pytest.StashKey[VLLMServer]()
+
+
+def _needs_vllm(item: pytest.Item) -> bool:
+    """Whether ``item`` uses the server: by its fixtures, or by a ``vllm`` mark (the conformance
+    suite's vLLM case asks for ``vllm_url`` only when it runs)."""
+    marked = item.get_closest_marker("vllm") is not None or "tests/vllm/" in item.nodeid
+    return marked or "vllm_url" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (it renames the node ids)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = "vllm" if _needs_vllm(item) else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if os.environ.get(URL_ENV) or missing() is not None:
+        return
+    if session.config.option.collectonly or not any(map(_needs_vllm, session.items)):
+        return
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker starts it at its first test that needs it (see above)
+    log = Path(tempfile.mkdtemp(prefix="agentwarm-vllm-")) / "server.log"
+    session.config.stash[_SERVER] = VLLMServer(log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if (server := session.config.stash.get(_SERVER, None)) is not None:
+        server.stop()
+
 
 @pytest.fixture(scope="session")
-def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of the session's one vLLM server (``AGENTWARM_VLLM_URL``, else started here
-    from ``scripts/setup_vllm.sh``'s venv and model; skipped, naming that command, without)."""
+def vllm_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of the session's one vLLM server (``AGENTWARM_VLLM_URL``, else the one started
+    at collection from ``scripts/setup_vllm.sh``'s venv and model; skipped, naming that
+    command, without)."""
     if url := os.environ.get(URL_ENV):
         yield url.rstrip("/")
         return
     if (why := missing()) is not None:
         pytest.skip(why)
-    server = VLLMServer(tmp_path_factory.mktemp("vllm") / "server.log")
-    print(f"\nvLLM server {server.url} healthy in {server.startup_s:.1f} s")
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    if (server := request.config.stash.get(_SERVER, None)) is None:
+        log = Path(tempfile.mkdtemp(prefix="agentwarm-vllm-")) / "server.log"
+        server = request.config.stash[_SERVER] = VLLMServer(log)
+    server.wait_healthy()
+    print(f"\nvLLM server {server.url} healthy {server.startup_s:.1f} s after it was started")
+    yield server.url

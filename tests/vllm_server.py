@@ -42,7 +42,9 @@ def missing() -> str | None:
 
 class VLLMServer:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1, in a process group of its
-    own (vLLM forks an engine core); its output goes to ``log``."""
+    own (vLLM forks an engine core); its output goes to ``log``. Construction starts it and
+    returns at once, so that its ~1 min start-up overlaps other tests; :meth:`wait_healthy`
+    waits for it."""
 
     def __init__(self, log: Path) -> None:
         self.port = free_port()
@@ -76,13 +78,20 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        start = time.monotonic()
+        self.started = time.monotonic()
+        self.startup_s: float | None = None
+
+    def wait_healthy(self) -> None:
+        """Returns once ``/health`` answers 200 (at once after the first time); stops the
+        server and raises if it exits or is not healthy within ``START_TIMEOUT_S``."""
+        if self.startup_s is not None:
+            return
         try:
-            self._wait_healthy(start + START_TIMEOUT_S)
+            self._wait_healthy(self.started + START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
-        self.startup_s = time.monotonic() - start
+        self.startup_s = time.monotonic() - self.started
 
     def _wait_healthy(self, deadline: float) -> None:
         while True:
