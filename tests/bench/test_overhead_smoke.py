@@ -1,6 +1,6 @@
 """Smoke test of ``python -m benchmarks.overhead``: its JSON has every row and every run ended.
 
-No timing is asserted: the figures themselves are the benchmark's business (README).
+No timing is asserted: the figures themselves are the benchmark's business (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``python -m benchmarks.predictor_eval --conversations``: online scoring that reads the
-conversation, on small hand-written conversations (the real ones are the README's figures)."""
+conversation, on small hand-written conversations (the real ones: docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ __all__ = ("DEFAULT_PREFILL_CHUNK_TOKENS", "VLLMEngine")
 log = logging.getLogger(__name__)
 
 #: Tokens a speculative chunk adds at most (whole KV blocks): a live request waits behind one.
-#: From benchmarks/vllm_ttft.py (README "vLLM"): behind 128/512/1024-token chunks of a 3k prefill
+#: benchmarks/vllm_ttft.py (docs/benchmarks.md): behind 128/512/1024-token chunks of a 3k prefill
 #: a live TTFT of 0.05/0.17/0.37 x that prefill alone (goal <= 0.35); 256 halves 512's wait
 #: (~8 s vs ~16 s on 1 CPU core) for half the chunks of 128 (which cost +32% total prefill time).
 DEFAULT_PREFILL_CHUNK_TOKENS = 256
