@@ -25,6 +25,7 @@ def test_ruff(args: list[str]) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_mypy() -> None:
     """``mypy agentwarm`` passes with the project's settings (pyproject: check_untyped_defs)."""
     pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[test]')")

@@ -150,6 +150,7 @@ async def test_agentwarm_learns_and_reports_its_prefetches(
     assert report.modes["cold"]["pretrained_transitions"] == 0
 
 
+@pytest.mark.slow
 async def test_gap_to_oracle_splits_the_mean_ttft_difference_by_step_outcome(
     tmp_path: Path, engines: Engines
 ) -> None:
@@ -243,6 +244,7 @@ async def test_plot_writes_a_png(tmp_path: Path, engines: Engines) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 async def test_fast_baselines_account_think_time_instead_of_sleeping(
     tmp_path: Path, engines: Engines
 ) -> None:

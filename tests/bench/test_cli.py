@@ -46,6 +46,7 @@ def _args(tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_json_is_one_object_with_the_documented_keys(tmp_path: Path) -> None:
     result = runner.invoke(app, _args(tmp_path, "--json"))
     assert result.exit_code == 0, result.output

@@ -150,6 +150,7 @@ def _cli(*args: str) -> dict:
 
 
 @pytest.mark.parametrize("layout", ["subagent", "shared"])
+@pytest.mark.slow
 def test_cli_replays_conversations_on_the_fake_engine(layout: str) -> None:
     out = _cli(
         "--engine", "fake", "--conversations", str(EXCERPT), "--layout", layout,

@@ -38,6 +38,7 @@ async def _tiny_context() -> int:
 
 
 @pytest.mark.parametrize("layout", ["subagent", "shared"])
+@pytest.mark.slow
 def test_quick_conversation_replay_on_the_tiny_preset(layout: str) -> None:
     out = _bench(
         "--conversations", str(EXCERPT), "--layout", layout, "--episodes", "1",
@@ -70,6 +71,7 @@ async def test_prompts_on_the_tiny_preset_hold_the_real_conversation() -> None:
     check_replay(config, report, prompts)
 
 
+@pytest.mark.slow
 def test_full_policy_and_all_tools_fit_the_context_in_the_shared_layout() -> None:
     """The 7.6 KB airline policy + all 14 tool schemas + a real conversation (issue 12)."""
     context = asyncio.run(_tiny_context())

@@ -124,6 +124,7 @@ def test_graph_trace_skips_the_line(tmp_path: Path, corruption: str) -> None:
 
 
 @pytest.mark.parametrize("corruption", CORRUPTIONS)
+@pytest.mark.slow
 def test_corrupt_predictor_state_is_named_set_aside_and_the_run_goes_on(
     tmp_path: Path, corruption: str
 ) -> None:

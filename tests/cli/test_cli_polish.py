@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from agentwarm.bench.config import PROFILES
@@ -57,6 +58,7 @@ def _bench_args(tmp_path: Path, *extra: str) -> list[str]:
 # 2. Warnings ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unusable_state_file_is_one_plain_warning_line(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
@@ -71,6 +73,7 @@ def test_unusable_state_file_is_one_plain_warning_line(tmp_path):
     assert not SOURCE_LOCATION.search(done.stderr)
 
 
+@pytest.mark.slow
 def test_state_not_saved_is_one_plain_warning_line(tmp_path):
     # A directory where the lock file goes: every save fails (and is warned about, not raised).
     state = tmp_path / "state"

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from agentwarm.cli import app
@@ -176,6 +177,7 @@ def test_no_prefetch_prints_no_prefetch_figures_and_plurals_agree(tmp_path):
     assert "acceptance" in warm.stdout
 
 
+@pytest.mark.slow
 def test_engine_that_dies_mid_run_exits_1_and_reports_the_completed_runs(tmp_path):
     # Run 2's sync node b tells the test it started and waits until the test has killed the
     # server; the LLM call of the next node, d, then finds the engine gone.

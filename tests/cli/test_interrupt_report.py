@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest_server import ROOT
 from tests.waiting import wait_until
 
@@ -111,6 +113,7 @@ def test_sigint_prints_the_table_of_the_completed_runs(tmp_path):
     assert stderr.splitlines()[-1] == "interrupted: the run was cancelled"
 
 
+@pytest.mark.slow
 def test_json_without_interruption_has_no_interrupted_key(tmp_path):
     flow = tmp_path / "flow.py"
     flow.write_text(textwrap.dedent(FLOW))

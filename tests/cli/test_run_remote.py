@@ -51,6 +51,7 @@ def assert_comparable(remote: dict, local: dict) -> None:
     assert remote["cached_tokens"] > 0.6 * remote["prompt_tokens"]
 
 
+@pytest.mark.slow
 def test_run_against_agentwarm_serve(in_process, tmp_path):
     with serve() as server:
         remote = run_cli("--engine", server.url, state_dir=tmp_path)
@@ -59,6 +60,7 @@ def test_run_against_agentwarm_serve(in_process, tmp_path):
     assert metrics["sglang:cached_tokens_total"] >= remote["cached_tokens"]
 
 
+@pytest.mark.slow
 def test_run_against_two_workers(in_process, tmp_path):
     with serve() as w1, serve() as w2:
         remote = run_cli("--engine", f"{w1.url},{w2.url}", state_dir=tmp_path)

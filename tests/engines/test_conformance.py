@@ -94,7 +94,7 @@ def server() -> Iterator[str]:
         "fake",
         pytest.param("local", marks=pytest.mark.slow),
         pytest.param("serve", marks=pytest.mark.slow),
-        pytest.param("vllm", marks=pytest.mark.vllm),
+        pytest.param("vllm", marks=[pytest.mark.vllm, pytest.mark.slow]),
     ]
 )
 async def case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:

@@ -80,6 +80,7 @@ def kv_of(model: LoadedModel) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("device", "dtype"), PLACES)
+@pytest.mark.slow
 async def test_cached_prefix_logits_equal_cold_logits(device: str, dtype: torch.dtype) -> None:
     model = loaded(device, dtype)
     reference = ModelRunner(model)
@@ -173,6 +174,7 @@ def test_device_names() -> None:
         resolve_device("gpu0")
 
 
+@pytest.mark.slow
 async def test_kv_accounting_by_element_size() -> None:
     budget = 1 << 20
     sizes = {}

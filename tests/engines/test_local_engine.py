@@ -109,6 +109,7 @@ def make_engine(**kwargs: object) -> LocalEngine:
 
 
 @pytest.mark.parametrize("chunk_size", [7, 32, 256])
+@pytest.mark.slow
 async def test_cached_prefix_plus_suffix_matches_cold_prefill(chunk_size: int) -> None:
     rng = random.Random(chunk_size)
     async with make_engine(chunk_size=chunk_size) as engine:
@@ -128,6 +129,7 @@ async def test_cached_prefix_plus_suffix_matches_cold_prefill(chunk_size: int) -
         await settle(engine)
 
 
+@pytest.mark.slow
 async def test_exact_after_partial_aborted_prefill() -> None:
     rng = random.Random(7)
     ids = prompt(rng, 150)
@@ -295,6 +297,7 @@ async def test_higher_priority_int_goes_first() -> None:
 # -------------------------------------------------------------------- promotion
 
 
+@pytest.mark.slow
 async def test_live_request_reuses_in_flight_speculative_prefill() -> None:
     rng = random.Random(31)
     prefix = prompt(rng, 32 * 10)
@@ -459,6 +462,7 @@ async def test_duplicate_rid_in_flight_is_rejected() -> None:
         assert (await engine.generate([1, 2, 3], priority=Priority.LIVE, max_tokens=1)).rid
 
 
+@pytest.mark.slow
 def test_importing_the_package_has_no_side_effect() -> None:
     """Only loading ``LocalEngine`` (which loads torch) sets OMP_WAIT_POLICY, and only when the
     environment does not; the package and the scheduler FakeEngine runs import no torch."""

@@ -94,6 +94,7 @@ def test_preset_loading_leaves_global_rng_alone() -> None:
     assert torch.equal(torch.rand(3), expected)
 
 
+@pytest.mark.slow
 def test_small_preset_is_smollm_135m_shaped_with_qwen2_5_vocabulary() -> None:
     config = preset_config("small")
     assert config.model_type == "llama"

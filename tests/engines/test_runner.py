@@ -116,6 +116,7 @@ def test_reused_prefix_kv_sliced_and_concatenated(runner: ModelRunner, trial: in
 
 
 @pytest.mark.parametrize("trial", range(3))
+@pytest.mark.slow
 def test_greedy_decoding_cached_equals_cold(runner: ModelRunner, trial: int) -> None:
     rng = random.Random(200 + trial)
     n = rng.randrange(10, 300)

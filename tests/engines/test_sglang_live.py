@@ -124,6 +124,7 @@ async def test_abort_of_an_in_flight_prefill(engine: SGLangEngine, target: Targe
     assert follow_up.prompt_tokens == 50
 
 
+@pytest.mark.slow
 async def test_live_request_runs_before_queued_speculative_prefills(
     engine: SGLangEngine, target: Target
 ) -> None:

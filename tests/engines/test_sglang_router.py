@@ -82,6 +82,7 @@ async def test_cache_aware_keeps_a_runs_prefetch_and_request_together(
 
 
 @pytest.mark.parametrize("router", ["manual", "consistent_hashing"], indirect=True)
+@pytest.mark.slow
 async def test_routing_key_keeps_a_run_on_one_worker_whatever_the_prompt(
     engine: SGLangEngine, workers: list[ServeProcess], caplog: pytest.LogCaptureFixture
 ) -> None:

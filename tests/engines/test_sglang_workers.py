@@ -88,6 +88,7 @@ async def test_aborts_reach_the_worker_that_runs_the_request(
         ]
 
 
+@pytest.mark.slow
 async def test_killing_a_worker_mid_run_moves_its_runs_and_drops_its_speculation() -> None:
     with serve() as survivor, serve() as victim:
         engine = await MultiWorkerEngine.from_urls([survivor.url, victim.url], retry_down_s=60)

@@ -15,6 +15,7 @@ from tests.conftest_server import GatewayProcess, serve
 from tests.examples.test_langgraph_supervisor import load_example
 
 
+@pytest.mark.slow
 def test_the_gateway_learns_the_langgraph_team_and_prefetches_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

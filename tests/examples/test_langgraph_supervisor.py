@@ -86,6 +86,7 @@ class Wire:
         return body
 
 
+@pytest.mark.slow
 def test_the_team_runs_over_real_chat_requests(capsys: pytest.CaptureFixture[str]) -> None:
     example = load_example()
     assert example.SESSION_HEADER == SESSION_HEADER  # the header agentwarm gateway reads

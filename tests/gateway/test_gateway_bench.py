@@ -62,6 +62,7 @@ def _check_overhead(overhead: dict[str, Any]) -> None:
     assert isinstance(overhead["goal_met"], bool) and isinstance(overhead["hop_goal_met"], bool)
 
 
+@pytest.mark.slow
 def test_quick_profile_measures_both_layouts_straight_and_through_the_gateway() -> None:
     done = _run("--quick", "--json")
     assert done.returncode == 0, done.stderr
@@ -111,6 +112,7 @@ def test_quick_profile_measures_both_layouts_straight_and_through_the_gateway() 
     _check_overhead(report["overhead"])
 
 
+@pytest.mark.slow
 def test_overhead_mode_reports_a_finite_p50() -> None:
     done = _run("--quick", "--overhead", "--json")
     assert done.returncode == 0, done.stderr

@@ -37,6 +37,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_gateway_serves_the_sdk_and_stops_cleanly_on_sigterm(
     worker: ServeProcess, tmp_path: Path
 ) -> None:
@@ -106,6 +107,7 @@ def test_a_client_that_goes_away_aborts_its_request_upstream(
         gw.stop()
 
 
+@pytest.mark.slow
 def test_a_stream_cut_upstream_ends_with_an_error_event_and_done() -> None:
     with serve() as doomed:
         gw = GatewayProcess(["--upstream", doomed.url])

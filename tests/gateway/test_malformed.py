@@ -137,6 +137,7 @@ def test_malformed_chat_through_the_gateway_is_a_4xx(
     assert ok.status_code == 200, ok.text
 
 
+@pytest.mark.slow
 def test_refused_requests_log_at_most_a_line_each_and_no_traceback(tmp_path: Path) -> None:
     # Fresh processes, so that their whole log is this test's: every case through the gateway
     # (live and warm), then straight to the worker.

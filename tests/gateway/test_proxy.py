@@ -342,6 +342,7 @@ async def test_models_fall_back_to_the_model_name_when_no_upstream_lists_any() -
     assert unnamed.status_code == 404 and "--model" in unnamed.json()["error"]["message"]
 
 
+@pytest.mark.slow
 async def test_one_session_goes_to_one_worker(worker: ServeProcess) -> None:
     with serve() as second:
         workers = [worker, second]
@@ -483,6 +484,7 @@ def test_upstream_urls_are_checked() -> None:
         Upstream([])
 
 
+@pytest.mark.slow
 async def test_over_the_wire_on_the_tiny_preset() -> None:
     """``agentwarm serve --model tiny`` (Qwen2.5's tokenizer and template): the gateway's
     replies are the upstream's, and the hooks see the prompt found in the cache."""

@@ -39,6 +39,7 @@ def worker() -> Iterator[ServeProcess]:
         yield server
 
 
+@pytest.mark.slow
 def test_stats_are_answered_while_a_big_warm_request_renders(worker: ServeProcess) -> None:
     gw = GatewayProcess(["--upstream", worker.url, "--model", "tiny"])
     try:

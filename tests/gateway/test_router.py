@@ -70,6 +70,7 @@ async def gateway(router: RouterProcess, tmp_path: Path) -> AsyncIterator[Gatewa
     await gw.aclose()
 
 
+@pytest.mark.slow
 async def test_a_sessions_requests_and_prefetches_meet_on_one_worker_behind_the_router(
     gateway: Gateway, router: RouterProcess, workers: list[ServeProcess]
 ) -> None:
@@ -104,6 +105,7 @@ def aborted(workers: list[ServeProcess]) -> int:
     return sum(int(w.metrics()["sglang:num_aborted_requests_total"]) for w in workers)
 
 
+@pytest.mark.slow
 async def test_a_loser_cannot_be_aborted_through_the_router_and_the_gateway_keeps_serving(
     gateway: Gateway,
     router: RouterProcess,

@@ -283,6 +283,7 @@ def test_two_heads_named_alike_by_two_gateways_are_both_kept(
     )
 
 
+@pytest.mark.slow
 def test_two_gateway_processes_on_one_state_dir_keep_both_learnings(tmp_path: Path) -> None:
     """Two real gateways, saving every 0.2 s into one dir, each taught other nodes: the file
     comes to hold all of them while both run, and a restart after both stopped (each saved at

@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from agentwarm.gateway.liveness import Liveness
 from agentwarm.gateway.upstream import Upstream
@@ -60,6 +61,7 @@ def _post(url: str, text: str, max_tokens: int = 8) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S)
 
 
+@pytest.mark.slow
 def test_a_frozen_worker_fails_its_requests_and_new_ones_until_it_answers_again() -> None:
     # 0.01 s per output token: the stream would run for 40 s, and the fake engine serves one
     # request at a time, so the two plain requests wait behind it, in flight.
@@ -111,6 +113,7 @@ def test_a_frozen_worker_fails_its_requests_and_new_ones_until_it_answers_again(
     assert f"upstream {worker.url} answers again" in log
 
 
+@pytest.mark.slow
 def test_a_slow_worker_that_answers_its_health_probes_is_not_cut() -> None:
     # 0.01 s per output token: 300 tokens take 3 s before the reply's first byte, twice the
     # --unresponsive-after threshold, while GET /health answers at once.

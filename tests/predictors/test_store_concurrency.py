@@ -211,6 +211,7 @@ async def answer(ctx):
 RUNS = 12
 
 
+@pytest.mark.slow
 def test_two_cli_processes_on_one_state_dir_keep_the_sum(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

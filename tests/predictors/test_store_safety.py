@@ -372,6 +372,7 @@ def _cli_run(flow: Path, state_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
+@pytest.mark.slow
 def test_cli_run_survives_an_overflowing_state_file(tmp_path: Path) -> None:
     """The reproduction of the issue: ``"observations": 1e4000``-style values crashed every
     later ``agentwarm run``. Now the run succeeds, says where the file went, learns afresh."""

@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from agentwarm import FakeEngine, PrefetchPolicy
 from agentwarm.engines.base import PrefillParams, PrefillResult, Priority
 from agentwarm.runtime import PrefetchOutcome
@@ -49,6 +51,7 @@ async def _run_all(policy: PrefetchPolicy, engine: FakeEngine) -> list[Any]:
     )
 
 
+@pytest.mark.slow
 async def test_thousand_concurrent_runs_hold_the_budget_and_all_complete():
     policy = PrefetchPolicy(max_prefills_per_s=1e9, max_speculative_in_flight=BUDGET)
     engine = CountingEngine(seconds_per_token=0, seconds_per_output_token=0)

@@ -228,6 +228,7 @@ async def test_bad_requests_are_400s_that_name_the_problem(
         await client_for(Scripted()).chat.completions.create(**body)
 
 
+@pytest.mark.slow
 def test_over_the_wire_on_the_tiny_preset() -> None:
     """``agentwarm serve --model tiny``: Qwen2.5's tokenizer and template, token-exact usage,
     the repeated prompt found in the cache, and a greedy stream equal to the plain reply."""

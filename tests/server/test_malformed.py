@@ -309,6 +309,7 @@ def test_malformed_input_is_a_4xx_naming_the_problem(
         % -(2**63),
     ],
 )
+@pytest.mark.slow
 def test_edge_values_that_are_valid_are_served(client: httpx.Client, fields: bytes) -> None:
     resp = client.post(
         "/generate", content=b"{" + fields + b"}", headers={"content-type": "application/json"}

@@ -62,6 +62,7 @@ def test_non_loopback_host_without_api_key_refuses_to_start(host: str) -> None:
         assert fix in lines[0]
 
 
+@pytest.mark.slow
 def test_non_loopback_host_starts_with_a_key_or_the_explicit_escape_hatch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

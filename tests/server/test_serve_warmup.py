@@ -108,6 +108,7 @@ async def test_ready_answers_503_with_the_progress_until_the_plan_is_warm() -> N
         assert (body["workers"]["local"]["tokens"], body["error"]) == (5, None)
 
 
+@pytest.mark.slow
 def test_ready_goes_200_and_warmed_prefixes_hit_on_first_use(
     warming: tuple[ServeProcess, Path],
 ) -> None:

@@ -183,6 +183,7 @@ def chat_cached(url: str, **fields: str) -> tuple[int, int]:
     return used["prompt_tokens"], used["prompt_tokens_details"]["cached_tokens"]
 
 
+@pytest.mark.slow
 def test_chat_completions_isolate_tenants_by_cache_salt_and_extra_key() -> None:
     """Reproduced: tenant B's first chat request (salt B) found 577/578 tokens of A's cached."""
     with serve("--model", "tiny") as server:

@@ -15,6 +15,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/vllm/" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.vllm)
+            item.add_marker(pytest.mark.slow)  # a real server: not the inner loop
 
 
 @pytest.fixture

@@ -95,6 +95,7 @@ def worker() -> Iterator[ServeProcess]:
         process.stop()
 
 
+@pytest.mark.slow
 def test_warmup_run_skips_bad_lines_with_one_warning_each_and_warms_the_rest(
     worker: ServeProcess, tmp_path: Path
 ) -> None:
@@ -117,6 +118,7 @@ class CliServe(ServeProcess):
     COMMAND = ("-m", "agentwarm.cli", "serve", "--host", "127.0.0.1", "--port", "0")
 
 
+@pytest.mark.slow
 def test_serve_warmup_becomes_ready_and_keeps_warm_despite_bad_lines(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "plan.jsonl")
     server = CliServe(
@@ -142,6 +144,7 @@ def test_serve_warmup_becomes_ready_and_keeps_warm_despite_bad_lines(tmp_path: P
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.slow
 def test_a_plan_that_is_not_a_regular_file_is_refused_at_once(
     worker: ServeProcess, tmp_path: Path, kind: str
 ) -> None:
@@ -162,6 +165,7 @@ def test_a_plan_that_is_not_a_regular_file_is_refused_at_once(
         assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_warmup_run_against_a_stopped_worker_fails_within_the_timeout(tmp_path: Path) -> None:
     plan = tmp_path / "plan.jsonl"
     plan.write_text(json.dumps(GOOD) + "\n")
@@ -192,6 +196,7 @@ def test_warmup_run_against_a_stopped_worker_fails_within_the_timeout(tmp_path: 
     assert took < 30  # the default would have waited minutes
 
 
+@pytest.mark.slow
 def test_mining_refuses_a_fifo_and_requests_the_chat_endpoint_would_refuse(
     tmp_path: Path,
 ) -> None:

@@ -80,6 +80,7 @@ def ids(start: int, n: int) -> list[int]:
     return list(range(start, start + n))
 
 
+@pytest.mark.slow
 def test_every_worker_finds_the_plan_warm_on_its_first_live_request(
     workers: list[ServeProcess], tmp_path: Path
 ) -> None:
