@@ -250,7 +250,7 @@ def gateway(
     keep_warm: KeepWarmOption = None,
     rewarm_below: RewarmBelowOption = None,
 ) -> None:
-    """OpenAI-compatible endpoint in front of SGLang workers that prefetches agents' next steps.
+    """OpenAI-compatible endpoint in front of SGLang or vLLM workers; prefetches agents' next steps.
 
     Point a client's base_url at http://HOST:PORT/v1. Prints 'agentwarm gateway: listening on
     http://HOST:PORT' once it accepts connections.
