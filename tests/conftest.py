@@ -36,6 +36,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+def _start(config: pytest.Config) -> VLLMServer:
+    """Starts the session's server (it returns before the server is healthy), its log in a
+    temporary directory of its own."""
+    log = Path(tempfile.mkdtemp(prefix="agentwarm-vllm-")) / "server.log"
+    server = config.stash[_SERVER] = VLLMServer(log)
+    return server
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if os.environ.get(URL_ENV) or missing() is not None:
         return
@@ -43,8 +51,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if hasattr(session.config, "workerinput"):
         return  # an xdist worker starts it at its first test that needs it (see above)
-    log = Path(tempfile.mkdtemp(prefix="agentwarm-vllm-")) / "server.log"
-    session.config.stash[_SERVER] = VLLMServer(log)
+    _start(session.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -55,16 +62,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def vllm_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The URL of the session's one vLLM server (``AGENTWARM_VLLM_URL``, else the one started
-    at collection from ``scripts/setup_vllm.sh``'s venv and model; skipped, naming that
-    command, without)."""
+    at collection, or under xdist here, from ``scripts/setup_vllm.sh``'s venv and model;
+    skipped, naming that command, without)."""
     if url := os.environ.get(URL_ENV):
         yield url.rstrip("/")
         return
     if (why := missing()) is not None:
         pytest.skip(why)
-    if (server := request.config.stash.get(_SERVER, None)) is None:
-        log = Path(tempfile.mkdtemp(prefix="agentwarm-vllm-")) / "server.log"
-        server = request.config.stash[_SERVER] = VLLMServer(log)
+    server = request.config.stash.get(_SERVER, None) or _start(request.config)
     server.wait_healthy()
     print(f"\nvLLM server {server.url} healthy {server.startup_s:.1f} s after it was started")
     yield server.url
