@@ -5,6 +5,9 @@ is what the server's request models accept, and SGLang's replies (extra fields a
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+
 import pytest
 
 from agentwarm.engines.sglang import SGLangEngine
@@ -19,6 +22,7 @@ from agentwarm.engines.sglang.protocol import (
     meta_info,
     output_delta,
     server_ttft,
+    sse_payloads,
     token_counts,
 )
 from agentwarm.errors import InvalidRequest
@@ -128,3 +132,28 @@ def test_stream_events_are_read_as_totals_or_deltas() -> None:
     assert output_delta(total, [97], "a") == ([98, 99], "bc")
     delta = GenerateReply(text="c", output_ids=[99], meta_info={})
     assert output_delta(delta, [97, 98], "ab") == ([99], "c")
+
+
+async def _payloads(chunks: list[str]) -> list[str]:
+    async def text() -> AsyncIterator[str]:
+        for chunk in chunks:
+            yield chunk
+
+    return [p async for p in sse_payloads(text())]
+
+
+async def test_sse_events_end_only_at_cr_lf_or_crlf_whatever_the_text_holds() -> None:
+    # vLLM's JSON carries U+2028, U+0085, U+001C... unescaped when a token decodes to one;
+    # str.splitlines (and httpx's aiter_lines) split there and cut the event in two.
+    texts = ["a\u2028b", "c\x85d", "e\u2029f", "g\x1ch\x0bi\x0cj"]
+    events = [json.dumps({"text": t}, ensure_ascii=False) for t in texts]
+    stream = "".join(f"data: {e}\r\n\r\n" for e in events) + "data: [DONE]\n\n"
+    for size in (1, 2, 3, 7, len(stream)):  # the events split across chunks anywhere
+        chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+        assert [json.loads(p)["text"] for p in await _payloads(chunks)] == texts
+
+
+async def test_sse_payloads_stop_at_done_and_keep_a_last_line_without_newline() -> None:
+    assert await _payloads(["data: 1\rdata: 2\n: comment\nevent: x\ndata:3"]) == ["1", "2", "3"]
+    assert await _payloads(["data: 1\n\ndata: [DONE]\n\ndata: 2\n\n"]) == ["1"]
+    assert await _payloads(["data: 1\n", "data: [DONE]"]) == ["1"]

@@ -30,6 +30,7 @@ leniently by the functions below whatever fields an SGLang version adds or leave
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Required, TypedDict, cast
@@ -352,15 +353,30 @@ def token_counts(meta: MetaInfo, prompt_ids: int) -> tuple[int, int, int | None]
     return prompt, int(meta.get("cached_tokens", 0)), None if computed is None else int(computed)
 
 
-async def sse_payloads(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data:`` payloads of a Server-Sent Events stream, up to ``data: [DONE]``."""
-    async for line in lines:
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            return
+#: Where a Server-Sent Events line ends (the SSE spec: CRLF, LF or CR). Not ``str.splitlines``
+#: (nor httpx's ``aiter_lines``), which also splits at U+0085, U+2028, U+2029 and the like: a
+#: JSON string carries those unescaped, so a token that decodes to one would cut its event in two.
+_SSE_EOL = re.compile(r"\r\n|\r|\n")
+
+
+async def sse_payloads(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The ``data:`` payloads of a Server-Sent Events stream read as text chunks (an httpx
+    response's ``aiter_text()``), up to ``data: [DONE]``."""
+    rest = ""
+    async for chunk in chunks:
+        # A CR at a chunk's end whose LF opens the next one adds an empty line: ignored below.
+        *lines, rest = _SSE_EOL.split(rest + chunk)
+        for line in lines:
+            if (payload := _data(line)) == "[DONE]":
+                return
+            if payload is not None:
+                yield payload
+    if (payload := _data(rest)) is not None and payload != "[DONE]":
         yield payload
+
+
+def _data(line: str) -> str | None:
+    return line[5:].strip() if line.startswith("data:") else None
 
 
 def output_delta(

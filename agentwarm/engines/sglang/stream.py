@@ -61,7 +61,7 @@ async def stream_generate(
                 exc = http.status_error(resp, "/generate")
                 check(exc)
                 raise exc
-            async for payload in sse_payloads(resp.aiter_lines()):
+            async for payload in sse_payloads(resp.aiter_text()):
                 event = _event(payload, http.url, check)
                 if event is None:
                     continue

@@ -60,7 +60,7 @@ async def _read(
             if resp.status_code >= 400:
                 await resp.aread()
                 raise status_error(resp, http.url, COMPLETIONS)
-            async for payload in sse_payloads(resp.aiter_lines()):
+            async for payload in sse_payloads(resp.aiter_text()):
                 event = _event(payload, http.url)
                 if isinstance(event.get("usage"), dict):
                     usage = Usage(event["usage"], prompt_len)
