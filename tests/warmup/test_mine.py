@@ -345,6 +345,7 @@ def test_a_workflow_run_trace_is_mined_with_its_workflow(tmp_path: Path) -> None
     assert {p.node for p in plan} <= set(steps)
 
 
+@pytest.mark.skipif(not (TAU / "tools.json").is_file(), reason=f"{TAU} is not there (shared data)")
 def test_the_tau_airline_policy_and_its_tools_are_the_top_prefix(tmp_path: Path) -> None:
     from agentwarm.bench.conversations import load_conversations
 
