@@ -150,12 +150,16 @@ class Loader(NullLoader):
         (all loaded, a failed read, or no room left in the cache) the request's prompt is
         matched again and the match returned (to build its state from); else None."""
         assert req.disk_tokens is not None
-        ids = req.ids[: event.stop]
-        kv = self.tier.read(req.namespace, ids, event.start, event.stop)
-        placed = None if kv is None else self.place(kv)
-        if placed is None:
+        have = self.prefixes.rematch(req, req.load_stop).length
+        if have >= event.stop:
+            # Another request put these blocks in the tree since (a live request over this
+            # speculative load loads them itself, without waiting): nothing to read.
+            if have < req.load_stop:
+                return None
+        elif (placed := self._read(req, event)) is None:
             self.loads_failed += 1
         else:
+            ids = req.ids[: event.stop]
             result = self.prefixes.insert(req, ids, placed, event.start)
             stored = max(0, result.length - result.cached_len)
             req.disk_tokens += stored
@@ -165,3 +169,8 @@ class Loader(NullLoader):
                 return None
         req.load_stop = 0
         return self.prefixes.rematch(req)
+
+    def _read(self, req: Request, event: StepEvent) -> Any | None:
+        """The KV of ``event``'s blocks on the model's device, or None (missing, bad)."""
+        kv = self.tier.read(req.namespace, req.ids[: event.stop], event.start, event.stop)
+        return None if kv is None else self.place(kv)

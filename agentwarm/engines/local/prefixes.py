@@ -83,11 +83,13 @@ class Prefixes:
             self._move_lock(req, result.node)
         return result
 
-    def rematch(self, req: Request) -> MatchResult[Any]:
-        """Match ``req``'s prompt again (after it loaded KV into the tree): the lock moves to
-        the end of the match and the tokens gained count as cached."""
+    def rematch(self, req: Request, stop: int | None = None) -> MatchResult[Any]:
+        """Match ``req``'s prompt again, up to ``stop`` (default: all it may take from the
+        cache), while it loads KV into the tree: the lock moves to the end of the match and the
+        tokens gained count as cached."""
         assert req.node is not None
-        match = self.cache.match_prefix(req.namespace, req.ids[: req.match_limit])
+        limit = req.match_limit if stop is None else min(stop, req.match_limit)
+        match = self.cache.match_prefix(req.namespace, req.ids[:limit])
         if match.node is not req.node and match.length >= req.node.depth:
             self._move_lock(req, match.node)
         req.cached_tokens = max(req.cached_tokens, match.length)

@@ -235,3 +235,28 @@ async def test_a_live_request_runs_between_two_load_steps(tmp_path: Path) -> Non
         assert result.cached_tokens_by_source == {"device": 0, "disk": whole_blocks(600)}
         assert result.computed_tokens == 600 - whole_blocks(600)
         await settle(engine)
+
+
+async def test_a_live_request_over_a_speculative_load_loads_the_rest_itself(
+    tmp_path: Path,
+) -> None:
+    ids = prompt(random.Random(14), 600)
+    cold = await store(tmp_path, ids, chunk_size=BLOCK)
+    pause = Pause(lambda e: e.rid == "spec" and e.kind == "load" and e.start == BLOCK)
+    async with tier_engine(tmp_path, chunk_size=BLOCK, step_hook=pause) as engine:
+        spec = asyncio.create_task(engine.prefill(ids, rid="spec"))
+        await pause.wait()
+        live = asyncio.create_task(engine.generate(ids, rid="live", max_tokens=OUT))
+        await asyncio.sleep(0)
+        pause.go.set()
+        completion = await live
+        result = await spec
+        # The speculative load got two blocks in; the live request took those from the tree
+        # and loaded the rest; the speculative one then found everything there.
+        assert completion.cached_tokens_by_source == {"device": 2 * BLOCK, "disk": 576 - 128}
+        assert completion.computed_tokens == 24 and completion.token_ids == cold
+        assert result.cached_tokens_by_source == {"device": 600 - 2 * BLOCK, "disk": 2 * BLOCK}
+        assert result.computed_tokens == 0
+        assert engine.disk is not None
+        assert engine.disk.tier.stats().blocks_read == 576 // BLOCK  # no block read twice
+        await settle(engine)
