@@ -1,4 +1,4 @@
-"""The disk tier's defaults and the budget rule."""
+"""The disk tier's defaults, the budget rule and the check of its options."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ __all__ = (
     "FREE_DISK_RESERVE",
     "READ_RATE_WEIGHT",
     "capped_budget",
+    "check_options",
 )
 
 log = logging.getLogger("agentwarm.engines.kvtier")
@@ -56,3 +57,24 @@ def capped_budget(root: Path, stored_bytes: int, max_bytes: int) -> int:
             FREE_DISK_RESERVE * 100,
         )
     return min(max_bytes, room)
+
+
+def check_options(
+    *,
+    fingerprint: str,
+    kv_bytes_per_token: int,
+    max_bytes: int,
+    block_tokens: int,
+    queue_bytes: int | None,
+) -> None:
+    """Raise ``ValueError`` naming the first of a tier's options that is out of range."""
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise ValueError("fingerprint must be a non-empty string (see model_fingerprint)")
+    for name, value, low in (
+        ("kv_bytes_per_token", kv_bytes_per_token, 1),
+        ("max_bytes", max_bytes, 0),
+        ("block_tokens", block_tokens, 1),
+        ("queue_bytes", 0 if queue_bytes is None else queue_bytes, 0),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from agentwarm.engines.kvtier.blockfile import BlockError, Expected, check_kv
 from agentwarm.engines.kvtier.defaults import (
@@ -35,6 +36,7 @@ from agentwarm.engines.kvtier.defaults import (
     DEFAULT_QUEUE_BYTES,
     READ_RATE_WEIGHT,
     capped_budget,
+    check_options,
 )
 from agentwarm.engines.kvtier.index import BlockIndex, BlockKey, Entry, scan
 from agentwarm.engines.kvtier.keys import block_keys, fingerprint_dir, namespace_dir
@@ -44,7 +46,9 @@ from agentwarm.engines.kvtier.reading import BadBlock, read_run
 from agentwarm.engines.kvtier.writer import Writer
 from agentwarm.engines.kvtier.writing import describe_os_error as why
 from agentwarm.engines.kvtier.writing import store_block
-from agentwarm.engines.local.kv import KV
+
+if TYPE_CHECKING:
+    from agentwarm.engines.local.kv import KV
 
 __all__ = ("DiskTier", "TierStats")
 
@@ -91,16 +95,10 @@ class DiskTier:
         block_tokens: int = DEFAULT_BLOCK_TOKENS,
         queue_bytes: int | None = None,
     ) -> None:
-        if not fingerprint:
-            raise ValueError("fingerprint must be a non-empty string (see model_fingerprint)")
-        for name, value, low in (
-            ("kv_bytes_per_token", kv_bytes_per_token, 1),
-            ("max_bytes", max_bytes, 0),
-            ("block_tokens", block_tokens, 1),
-            ("queue_bytes", 0 if queue_bytes is None else queue_bytes, 0),
-        ):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_options(
+            fingerprint=fingerprint, kv_bytes_per_token=kv_bytes_per_token, max_bytes=max_bytes,
+            block_tokens=block_tokens, queue_bytes=queue_bytes,
+        )  # fmt: skip
         self.path = Path(path)
         self.fingerprint = fingerprint
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -277,7 +275,8 @@ class DiskTier:
             self._disable("bad directory", f"cannot use {self.root}: {why(exc)}")
             return
         for path in found.stale:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
         if found.foreign:
             self._notices.note(
                 "foreign names",
