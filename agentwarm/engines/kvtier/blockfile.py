@@ -9,8 +9,9 @@ Format (version 1), little-endian::
 The header (:class:`BlockHeader`) holds the fingerprint of what produced the KV, the namespace
 directory, the block's index and key, its token ids, the dtype and the shape
 (``[num_layers, 2, num_kv_heads, block_tokens, head_dim]``). Reading never unpickles: the header is
-JSON checked field by field against what the reader expects, and the payload becomes a tensor with
-``torch.frombuffer`` once the checksum matches.
+JSON checked field by field against what the reader expects, and the payload's bytes are read
+into the caller's tensor (:mod:`~agentwarm.engines.kvtier.vectored`), used once the checksum
+matches.
 
 Why crc32: it guards against torn writes and storage faults, not against an attacker (whoever can
 write the directory can write any KV, checksum included; they still cannot run code). zlib's crc32
@@ -26,12 +27,12 @@ every block.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import stat
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ import torch
 
 from agentwarm._jsonfile import JSONTextError
 from agentwarm._jsonfile import loads as json_loads
+from agentwarm.engines.kvtier.vectored import read_all, tensor_rows, write_all
 
 __all__ = (
     "DTYPES",
@@ -135,13 +137,15 @@ def tmp_name(key: str) -> str:
 
 
 def write_block(path: Path, header: BlockHeader, payload: torch.Tensor) -> int:
-    """Write ``payload`` (a CPU tensor of ``header``'s dtype and shape) to ``path`` atomically;
-    returns the file's size. Raises OSError (the temporary file is removed)."""
+    """Write ``payload`` (a CPU tensor of ``header``'s dtype and shape; any strides) to ``path``
+    atomically; returns the file's size. Raises OSError (the temporary file is removed)."""
     head = header.encode()
-    data = payload.contiguous().view(torch.uint8).reshape(-1).numpy().data
-    if len(data) != header.payload_bytes:
-        raise ValueError(f"payload of {len(data)} bytes, header says {header.payload_bytes}")
-    crc = _CRC.pack(zlib.crc32(data, zlib.crc32(head)))
+    rows = tensor_rows(payload)
+    if sum(len(row) for row in rows) != header.payload_bytes:
+        raise ValueError(f"payload of shape {tuple(payload.shape)} is not {header.shape}")
+    crc = zlib.crc32(head)
+    for row in rows:
+        crc = zlib.crc32(row, crc)
     tmp = path.with_name(tmp_name(header.key))
     try:
         fd = os.open(tmp, _OPEN_WRITE, 0o600)
@@ -149,15 +153,15 @@ def write_block(path: Path, header: BlockHeader, payload: torch.Tensor) -> int:
         tmp.unlink()
         fd = os.open(tmp, _OPEN_WRITE, 0o600)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(head)
-            out.write(data)
-            out.write(crc)
+        try:
+            write_all(fd, [head, *rows, _CRC.pack(crc)])
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return len(head) + len(data) + len(crc)
+    return len(head) + header.payload_bytes + _CRC.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +180,13 @@ class Expected:
     shape: tuple[int, ...] | None = None
 
 
-def read_block(path: Path, expect: Expected) -> tuple[BlockHeader, torch.Tensor]:
-    """The header and payload (a CPU tensor) of the block file at ``path``, if the header is
-    what ``expect`` requires and the checksum matches; else :class:`BlockError` naming the
-    cause."""
+def read_block(
+    path: Path, expect: Expected, into: Callable[[BlockHeader], list[memoryview]]
+) -> BlockHeader:
+    """Read the block file at ``path`` into the buffers ``into(header)`` returns (the payload's
+    bytes in order, e.g. :func:`~agentwarm.engines.kvtier.vectored.tensor_rows` of the tensor
+    it goes to), once its header is what ``expect`` requires; returns the header. Raises
+    :class:`BlockError` naming the cause (the buffers then hold garbage)."""
     try:
         fd = os.open(path, _OPEN_READ)
     except FileNotFoundError:
@@ -187,42 +194,33 @@ def read_block(path: Path, expect: Expected) -> tuple[BlockHeader, torch.Tensor]
     except OSError as exc:
         raise BlockError("unreadable", f"{exc.strerror} ({path.name})") from None
     try:
-        with os.fdopen(fd, "rb", buffering=0) as src:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise BlockError("not a file", f"{path.name} is not a regular file")
-            head, header = _read_header(src, info.st_size, path.name)
-            _check(header, expect, path.name)
-            total = len(head) + header.payload_bytes + _CRC.size
-            if info.st_size != total:
-                cause = "truncated" if info.st_size < total else "garbled"
-                raise BlockError(cause, f"{path.name} is {info.st_size} bytes, expected {total}")
-            body = bytearray(header.payload_bytes + _CRC.size)
-            if _read_into(src, memoryview(body)) != len(body):
-                raise BlockError("truncated", f"{path.name} ended early")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BlockError("not a file", f"{path.name} is not a regular file")
+        head, header = _read_header(fd, info.st_size, path.name)
+        _check(header, expect, path.name)
+        total = len(head) + header.payload_bytes + _CRC.size
+        if info.st_size != total:
+            cause = "truncated" if info.st_size < total else "garbled"
+            raise BlockError(cause, f"{path.name} is {info.st_size} bytes, expected {total}")
+        rows = into(header)
+        stored = bytearray(_CRC.size)
+        if not read_all(fd, [*rows, memoryview(stored)], len(head)):
+            raise BlockError("truncated", f"{path.name} ended early")
     except OSError as exc:
         raise BlockError("unreadable", f"{exc.strerror} ({path.name})") from None
-    view = memoryview(body)
-    stored = _CRC.unpack(view[-_CRC.size :])[0]
-    if zlib.crc32(view[: -_CRC.size], zlib.crc32(head)) != stored:
+    finally:
+        os.close(fd)
+    crc = zlib.crc32(head)
+    for row in rows:
+        crc = zlib.crc32(row, crc)
+    if crc != _CRC.unpack(stored)[0]:
         raise BlockError("checksum", f"{path.name} fails its crc32")
-    dtype = DTYPES[header.dtype]
-    count = header.payload_bytes // dtype.itemsize
-    return header, torch.frombuffer(body, dtype=dtype, count=count).view(header.shape)
+    return header
 
 
-def _read_into(src: io.FileIO, view: memoryview) -> int:
-    done = 0
-    while done < len(view):
-        n = src.readinto(view[done:])
-        if not n:
-            break
-        done += n
-    return done
-
-
-def _read_header(src: io.FileIO, size: int, name: str) -> tuple[bytes, BlockHeader]:
-    prefix = src.read(_PREFIX.size) or b""
+def _read_header(fd: int, size: int, name: str) -> tuple[bytes, BlockHeader]:
+    prefix = os.pread(fd, _PREFIX.size, 0)
     if len(prefix) < _PREFIX.size:
         raise BlockError("truncated", f"{name} is {size} bytes, shorter than a header")
     magic, version, length = _PREFIX.unpack(prefix)
@@ -233,7 +231,7 @@ def _read_header(src: io.FileIO, size: int, name: str) -> tuple[bytes, BlockHead
     if length > MAX_HEADER_BYTES:
         raise BlockError("garbled", f"{name} claims a header of {length} bytes")
     padded = length + (-(_PREFIX.size + length) % _ALIGN)
-    rest = src.read(padded) or b""
+    rest = os.pread(fd, padded, _PREFIX.size)
     if len(rest) < padded:
         raise BlockError("truncated", f"{name} ends inside its header")
     try:
