@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agentwarm.engines.kvtier.keys import block_keys
 from agentwarm.engines.local import LocalEngine
 from tests.engines.test_local_engine import prompt, settle, tiny
 
@@ -50,3 +51,21 @@ async def test_damaged_blocks_are_recomputed_with_a_warning(
             assert out.token_ids == cold
             await settle(second)
     assert [r for r in caplog.records if r.levelno == logging.WARNING] != []
+
+
+async def test_a_damaged_later_block_keeps_the_blocks_read_before_it(tmp_path: Path) -> None:
+    ids = prompt(random.Random(13), 600)
+    cold, _ = await store(tmp_path, ids)
+    # Block 5 (tokens [320, 384)) sits in the second load step, [256, 512).
+    (damaged,) = tmp_path.rglob(f"{block_keys(ids, 64)[5]}.kv")
+    flip_middle_byte(damaged)
+    async with LocalEngine(tiny(), kv_dir=tmp_path, check_integrity_on_idle=True) as second:
+        out = await second.generate(ids, max_tokens=6)
+        assert out.cached_tokens_by_source == {"device": 0, "disk": 256}
+        assert out.computed_tokens == 600 - 256
+        assert out.token_ids == cold
+        assert second.disk is not None
+        stats = second.disk.tier.stats()
+        assert stats.blocks_rejected == 1 and not damaged.exists()
+        assert second.disk.loader.loads_failed == 1
+        await settle(second)
