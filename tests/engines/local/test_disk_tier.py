@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agentwarm.engines.base import PrefillStatus
 from agentwarm.engines.kvtier import DiskTier, model_fingerprint
 from agentwarm.engines.local import LocalEngine
 from agentwarm.engines.local.loading import META_PREFILL_TOKENS_PER_S
@@ -259,4 +260,25 @@ async def test_a_live_request_over_a_speculative_load_loads_the_rest_itself(
         assert result.computed_tokens == 0
         assert engine.disk is not None
         assert engine.disk.tier.stats().blocks_read == 576 // BLOCK  # no block read twice
+        await settle(engine)
+
+
+async def test_an_abort_between_load_steps_keeps_what_was_loaded(tmp_path: Path) -> None:
+    ids = prompt(random.Random(15), 600)
+    cold = await store(tmp_path, ids, chunk_size=BLOCK)
+    pause = Pause(lambda e: e.rid == "spec" and e.kind == "load" and e.start == 2 * BLOCK)
+    async with tier_engine(tmp_path, chunk_size=BLOCK, step_hook=pause) as engine:
+        spec = asyncio.create_task(engine.prefill(ids, rid="spec"))
+        await pause.wait()
+        await engine.abort("spec")
+        pause.go.set()
+        result = await spec
+        assert result.status is PrefillStatus.ABORTED
+        # The step in flight finished (three blocks loaded), then the abort took effect.
+        assert result.cached_tokens_by_source == {"device": 0, "disk": 3 * BLOCK}
+        assert result.computed_tokens == 0
+        await settle(engine)
+        out = await engine.generate(ids, max_tokens=OUT)
+        assert out.cached_tokens_by_source == {"device": 3 * BLOCK, "disk": 576 - 3 * BLOCK}
+        assert out.token_ids == cold
         await settle(engine)
