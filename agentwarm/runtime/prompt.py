@@ -161,6 +161,25 @@ class PromptRenderer:
             return head.ids + self._encode(full[len(head.text) :])
         return self._by_message(spec, messages, add_generation_prompt=True)[1]
 
+    def boundary(self, spec: NodeSpec, token: int) -> tuple[str | None, int | None]:
+        """Where token index ``token`` of ``spec``'s prompt falls, as ``(segment, message)``:
+        ``head`` (its system text and tools), ``message`` (``message``: its index among the
+        prompt's messages, the system one first) or ``step`` (the step's own text and the
+        generation prompt). Known for :data:`~agentwarm.chat.FALLBACK` only, which renders each
+        message on its own; ``(None, None)`` for any other template."""
+        if not self._local:
+            return None, None
+        at = len(self._static_ids(spec))
+        if token < at:
+            return "head", 0 if spec.system else None
+        self._transcript_ids()  # every message encoded
+        first = 1 if spec.system else 0
+        for index, ids in enumerate(self._message_ids):
+            at += len(ids)
+            if token < at:
+                return "message", first + index
+        return "step", None
+
     # --- FALLBACK: every message rendered on its own ----------------------------------------
 
     def _static_ids(self, spec: NodeSpec) -> list[int]:
