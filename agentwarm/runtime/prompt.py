@@ -165,19 +165,29 @@ class PromptRenderer:
         """Where token index ``token`` of ``spec``'s prompt falls, as ``(segment, message)``:
         ``head`` (its system text and tools), ``message`` (``message``: its index among the
         prompt's messages, the system one first) or ``step`` (the step's own text and the
-        generation prompt). Known for :data:`~agentwarm.chat.FALLBACK` only, which renders each
-        message on its own; ``(None, None)`` for any other template."""
-        if not self._local:
-            return None, None
-        at = len(self._static_ids(spec))
-        if token < at:
-            return "head", 0 if spec.system else None
-        self._transcript_ids()  # every message encoded
+        generation prompt). For templates other than :data:`~agentwarm.chat.FALLBACK` (which
+        renders each message on its own), the first rendering of ``[system] + transcript[:k]``
+        longer than ``token`` names it: a rendering per message, for a rare event (a prefix
+        mismatch); ``(None, None)`` when the template cannot render them."""
         first = 1 if spec.system else 0
-        for index, ids in enumerate(self._message_ids):
-            at += len(ids)
+        if self._local:
+            at = len(self._static_ids(spec))
             if token < at:
-                return "message", first + index
+                return "head", 0 if spec.system else None
+            self._transcript_ids()  # every message encoded
+            for index, ids in enumerate(self._message_ids):
+                at += len(ids)
+                if token < at:
+                    return "message", first + index
+            return "step", None
+        self._sync_messages()
+        messages = [*system_messages(spec.system), *self._messages]
+        try:
+            for k in range(1, len(messages) + 1):
+                if token < len(self._encode(self._render(spec, messages[:k]))):
+                    return ("head" if k == first else "message"), k - 1
+        except ConfigError:
+            return None, None
         return "step", None
 
     # --- FALLBACK: every message rendered on its own ----------------------------------------

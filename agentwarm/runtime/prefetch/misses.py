@@ -71,7 +71,7 @@ def judged_choice(
     :func:`verdicts` of the targets of ``ranked`` (default: ``predictions``) it did not take.
     Under limits the guardrail tightened (cautious, paused), the choice is made again with the
     policy's own limits: what that one takes and the tightened one does not, the guardrail
-    held back."""
+    held back; what its price refuses is priced out all the same."""
     priced: dict[str, float] = {}
     chosen = choose(
         predictions,
@@ -85,10 +85,17 @@ def judged_choice(
     p = policy
     full = Limits(top_n=p.top_n, min_p=p.min_p, paused=False, top_p=p.top_p)
     if limits != full:
+        unpriced: dict[str, float] = {}  # what the price refuses under the normal limits
         unheld = choose(
-            predictions, policy=p, limits=full, new_tokens=new_tokens, free_tokens=free_tokens
+            predictions,
+            policy=p,
+            limits=full,
+            new_tokens=new_tokens,
+            free_tokens=free_tokens,
+            priced=unpriced,
         )
         normal = {name for _, name, _ in unheld}
+        priced = {**unpriced, **priced}
     judged = verdicts(
         predictions if ranked is None else ranked,
         {name for _, name, _ in chosen},
