@@ -45,9 +45,11 @@ class LiveSession:
     last: float = 0.0
     #: Why each target ranked since the last request was not prefetched (the latest verdict).
     misses: dict[str, Miss] = field(default_factory=dict)
+    ranked: bool = False  # whether the next nodes were ranked since the last request
 
     def predicted(self, predictions: Sequence[tuple[str, float]]) -> None:
         """A ranking of the next nodes was made; the step's first one is kept."""
+        self.ranked = True
         if not self.first_predictions:
             self.first_predictions = list(predictions)
 
@@ -66,7 +68,7 @@ class LiveSession:
         verdict = self.misses.get(node)
         if verdict is not None:
             return verdict
-        if not self.first_predictions:  # it came before the last reply was ranked
+        if not self.ranked:  # it came before the last reply was ranked
             return Miss(MissReason.OVERTAKEN, cause="unranked")
         ranked = [name for name, _ in self.first_predictions]
         if node not in ranked:
@@ -79,4 +81,4 @@ class LiveSession:
         """The next request came: what was predicted and chosen for it is spent."""
         self.reply, self.after_reply, self.tool = None, None, None
         self.first_predictions, self.prefetched, self.context = [], set(), None
-        self.misses = {}
+        self.misses, self.ranked = {}, False
