@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from opentelemetry.util.types import AttributeValue
 
-from agentwarm._spec import PrefetchKind, StepOutcome
+from agentwarm._spec import Miss, PrefetchKind, StepOutcome
 from agentwarm.telemetry.names import (
     AW_PREFILL_KIND,
     AW_PREFILL_PROBABILITY,
@@ -28,6 +28,14 @@ from agentwarm.telemetry.names import (
     AW_STEP_HINT_LEAD,
     AW_STEP_HINT_NODE,
     AW_STEP_INDEX,
+    AW_STEP_MISS_CAUSE,
+    AW_STEP_MISS_MESSAGE,
+    AW_STEP_MISS_MISSING_TOKENS,
+    AW_STEP_MISS_P,
+    AW_STEP_MISS_PRICE,
+    AW_STEP_MISS_RANK,
+    AW_STEP_MISS_REASON,
+    AW_STEP_MISS_TOKEN,
     AW_STEP_NODE,
     AW_STEP_OUTCOME,
     AW_STEP_PREFETCHED,
@@ -56,6 +64,7 @@ __all__ = (
     "llm_request_attributes",
     "llm_response_attributes",
     "llm_span_name",
+    "miss_attributes",
     "prefill_attributes",
     "step_attributes",
     "step_result_attributes",
@@ -131,9 +140,11 @@ def step_result_attributes(
     hint_node: str | None = None,
     hint_lead_s: float | None = None,
     hint_gain_s: float | None = None,
+    miss: Miss | None = None,
 ) -> dict[str, AttributeValue]:
     """Attributes of a step span known at its end; TTFT is left out when no LLM call was made,
-    the mid-decode hint, its lead and gain when the step had no hint."""
+    the mid-decode hint, its lead and gain when the step had no hint, the miss reason
+    (:func:`miss_attributes`) when it had none."""
     attrs: dict[str, AttributeValue] = {
         AW_STEP_PROMPT_TOKENS: prompt_tokens,
         AW_STEP_CACHED_TOKENS: cached_tokens,
@@ -146,6 +157,30 @@ def step_result_attributes(
             attrs[AW_STEP_HINT_LEAD] = hint_lead_s
         if hint_gain_s is not None:
             attrs[AW_STEP_HINT_GAIN] = hint_gain_s
+    return attrs | miss_attributes(miss)
+
+
+#: The span attribute of each detail of a :class:`~agentwarm._spec.Miss`.
+_MISS_KEYS = (
+    ("cause", AW_STEP_MISS_CAUSE),
+    ("p", AW_STEP_MISS_P),
+    ("price", AW_STEP_MISS_PRICE),
+    ("rank", AW_STEP_MISS_RANK),
+    ("token", AW_STEP_MISS_TOKEN),
+    ("message", AW_STEP_MISS_MESSAGE),
+    ("missing_tokens", AW_STEP_MISS_MISSING_TOKENS),
+)
+
+
+def miss_attributes(miss: Miss | None) -> dict[str, AttributeValue]:
+    """A step's miss reason and the details it knows (none for ``None``: no miss)."""
+    if miss is None:
+        return {}
+    attrs: dict[str, AttributeValue] = {AW_STEP_MISS_REASON: str(miss.reason)}
+    for field, key in _MISS_KEYS:
+        value = getattr(miss, field)
+        if value is not None:
+            attrs[key] = value
     return attrs
 
 
