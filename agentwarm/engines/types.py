@@ -6,6 +6,7 @@ re-exports every name, so engine authors import them from either.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
@@ -56,6 +57,9 @@ class PrefillResult:
     cached_tokens: int
     computed_tokens: int
     status: PrefillStatus
+    #: ``cached_tokens`` by where they came from: ``"device"`` (the radix cache), ``"disk"``
+    #: (the disk tier); empty when the engine does not say.
+    cached_tokens_by_source: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -84,6 +88,9 @@ class Completion:
     rid: str = ""
     e2e_s: float = 0.0
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: ``cached_tokens`` by where they came from: ``"device"`` (the radix cache), ``"disk"``
+    #: (the disk tier); empty when the engine does not say.
+    cached_tokens_by_source: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def computed_tokens(self) -> int:
@@ -117,6 +124,17 @@ class EngineStats:
     computed_tokens: int
     requests: int
     aborted: int
+    #: Prompt tokens served from the disk tier (part of ``hit_tokens``).
+    disk_hit_tokens: int = 0
+    #: Bytes the disk tier wrote / read since start.
+    tier_bytes_written: int = 0
+    tier_bytes_read: int = 0
+    #: Loads from the disk tier refused because recomputing was measured to be faster.
+    tier_loads_refused: int = 0
+    #: Bytes held by the disk tier now.
+    tier_stored_bytes: int = 0
+    #: Whether the disk tier is on (False once it turned itself off); None: the engine has none.
+    tier_enabled: bool | None = None
 
 
 def check_context(prompt_tokens: int, limit: int, *, max_tokens: int = 0) -> None:
