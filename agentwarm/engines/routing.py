@@ -342,6 +342,12 @@ class MultiWorkerEngine(Engine):
             computed_tokens=sum(p.computed_tokens for p in parts),
             requests=sum(p.requests for p in parts),
             aborted=sum(p.aborted for p in parts),
+            disk_hit_tokens=sum(p.disk_hit_tokens for p in parts),
+            tier_bytes_written=sum(p.tier_bytes_written for p in parts),
+            tier_bytes_read=sum(p.tier_bytes_read for p in parts),
+            tier_loads_refused=sum(p.tier_loads_refused for p in parts),
+            tier_stored_bytes=sum(p.tier_stored_bytes for p in parts),
+            tier_enabled=_any_tier(p.tier_enabled for p in parts),
         )
 
     async def flush_cache(self) -> None:
@@ -361,3 +367,10 @@ class MultiWorkerEngine(Engine):
 
     def __repr__(self) -> str:
         return f"MultiWorkerEngine({list(self._workers)})"
+
+
+def _any_tier(enabled: Iterable[bool | None]) -> bool | None:
+    """Workers' ``tier_enabled`` together: None when no worker has a tier, else whether any
+    worker's tier is on."""
+    known = [e for e in enabled if e is not None]
+    return any(known) if known else None

@@ -27,6 +27,20 @@ rate of the work done however many requests are aborted. Names:
 ``agentwarm:evicted_tokens_total``     tokens the engine evicted
 =====================================  ====================================================
 
+With a disk tier (``agentwarm serve --kv-dir DIR``; absent otherwise), from the engine's
+:class:`~agentwarm.engines.base.EngineStats`:
+
+=========================================  ================================================
+``agentwarm:disk_hit_tokens_total``        prompt tokens loaded from disk (part of the
+                                           engine's hit tokens)
+``agentwarm:tier_bytes_written_total``     bytes written to the tier
+``agentwarm:tier_bytes_read_total``        bytes read from the tier
+``agentwarm:tier_loads_refused_total``     loads refused: measured slower than recomputing
+``agentwarm:tier_stored_bytes``            bytes stored in the tier now
+``agentwarm:tier_enabled``                 1 while the tier is on, 0 once it turned itself
+                                           off (disk full, unwritable)
+=========================================  ================================================
+
 The text is written by ``prometheus_client`` (:func:`~prometheus_client.generate_latest`, the
 0.0.4 text format its own exporters answer by default) from the families :class:`ServerMetrics`
 yields as a custom collector, so that the series are exactly SGLang's names above (a
@@ -146,6 +160,33 @@ class ServerMetrics:
             MetricName.EVICTED_TOKENS,
             "Tokens evicted from the prefix cache.",
             stats.evicted_tokens,
+        )
+        if stats.tier_enabled is not None:
+            yield from self._tier(stats)
+
+    def _tier(self, stats: EngineStats) -> Iterator[Metric]:
+        """The disk tier's families (an engine that has one)."""
+        for name, doc, value in (
+            (MetricName.DISK_HIT_TOKENS, "Prompt tokens loaded from the disk tier.",
+             stats.disk_hit_tokens),
+            (MetricName.TIER_BYTES_WRITTEN, "Bytes written to the disk tier.",
+             stats.tier_bytes_written),
+            (MetricName.TIER_BYTES_READ, "Bytes read from the disk tier.", stats.tier_bytes_read),
+            (MetricName.TIER_LOADS_REFUSED, "Disk-tier loads refused as slower than recomputing.",
+             stats.tier_loads_refused),
+        ):  # fmt: skip
+            yield self._family(CounterMetricFamily, name, doc, value)
+        yield self._family(
+            GaugeMetricFamily,
+            MetricName.TIER_STORED_BYTES,
+            "Bytes stored in the disk tier.",
+            stats.tier_stored_bytes,
+        )
+        yield self._family(
+            GaugeMetricFamily,
+            MetricName.TIER_ENABLED,
+            "1 while the disk tier is on, 0 once it turned itself off.",
+            int(bool(stats.tier_enabled)),
         )
 
     def _family(

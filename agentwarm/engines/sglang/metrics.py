@@ -5,13 +5,15 @@
 ``sglang:cached_tokens_total`` (summed over ``cache_source``), ``sglang:num_requests_total``,
 ``sglang:num_aborted_requests_total``, ``sglang:max_total_num_tokens`` (capacity),
 ``sglang:num_used_tokens`` and the ``agentwarm:*`` extras of ``agentwarm serve``
-(:mod:`agentwarm.server.metrics`).
+(:mod:`agentwarm.server.metrics`), its disk tier's ``agentwarm:tier_*`` and
+``agentwarm:disk_hit_tokens_total`` included.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -55,7 +57,23 @@ def stats_from_metrics(metrics: Mapping[str, float]) -> EngineStats | None:
         computed_tokens=int(metrics.get(MetricName.COMPUTED_TOKENS, prompt - hit)),
         requests=int(metrics[MetricName.REQUESTS]),
         aborted=int(metrics.get(MetricName.ABORTED_REQUESTS, 0)),
+        **_tier(metrics),
     )
+
+
+def _tier(metrics: Mapping[str, float]) -> dict[str, Any]:
+    """The disk-tier fields of :class:`EngineStats` from ``agentwarm serve --kv-dir``'s
+    ``agentwarm:tier_*`` series; none (the defaults: no tier) when the server has no tier."""
+    if MetricName.TIER_ENABLED not in metrics:
+        return {}
+    return {
+        "disk_hit_tokens": int(metrics.get(MetricName.DISK_HIT_TOKENS, 0)),
+        "tier_bytes_written": int(metrics.get(MetricName.TIER_BYTES_WRITTEN, 0)),
+        "tier_bytes_read": int(metrics.get(MetricName.TIER_BYTES_READ, 0)),
+        "tier_loads_refused": int(metrics.get(MetricName.TIER_LOADS_REFUSED, 0)),
+        "tier_stored_bytes": int(metrics.get(MetricName.TIER_STORED_BYTES, 0)),
+        "tier_enabled": metrics[MetricName.TIER_ENABLED] > 0,
+    }
 
 
 class ClientCounters:

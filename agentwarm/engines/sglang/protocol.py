@@ -150,6 +150,18 @@ class MetricName(StrEnum):
     """agentwarm: tokens held by the radix cache (a gauge)."""
     EVICTED_TOKENS = "agentwarm:evicted_tokens_total"
     """agentwarm: tokens evicted from the cache."""
+    DISK_HIT_TOKENS = "agentwarm:disk_hit_tokens_total"
+    """agentwarm: prompt tokens loaded from the disk tier (part of the cached tokens)."""
+    TIER_BYTES_WRITTEN = "agentwarm:tier_bytes_written_total"
+    """agentwarm: bytes the disk tier wrote."""
+    TIER_BYTES_READ = "agentwarm:tier_bytes_read_total"
+    """agentwarm: bytes the disk tier read."""
+    TIER_LOADS_REFUSED = "agentwarm:tier_loads_refused_total"
+    """agentwarm: loads from the disk tier refused (measured slower than recomputing)."""
+    TIER_STORED_BYTES = "agentwarm:tier_stored_bytes"
+    """agentwarm: bytes held by the disk tier (a gauge)."""
+    TIER_ENABLED = "agentwarm:tier_enabled"
+    """agentwarm: 1 while the disk tier is on, 0 once it turned itself off (a gauge)."""
 
 
 class SamplingParams(BaseModel):
