@@ -57,7 +57,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agentwarm.engines.base import EngineStats
-from agentwarm.engines.sglang.protocol import MetricName
+from agentwarm.engines.sglang.metric_names import MetricName
 
 __all__ = ("ServerMetrics",)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from agentwarm.engines.base import Completion, GenerateParams, PrefillStatus, Priority, new_rid
 from agentwarm.engines.namespace import check_field, namespace_key
+from agentwarm.engines.sglang.cache_details import cached_tokens_details
 from agentwarm.engines.sglang.protocol import (
     ROUTING_KEY_HEADER,
     FinishReason,
@@ -195,7 +196,8 @@ class GenerateRoutes:
                 computed = result.computed_tokens
                 self._record(job, prompt, cached, computed, 0, aborted)
                 e2e = time.perf_counter() - start
-                return _reply(job.rid, "", [], prompt, cached, computed, finish, e2e)
+                reply = _reply(job.rid, "", [], prompt, cached, computed, finish, e2e)
+                return _with_sources(reply, result.cached_tokens_by_source)
             completion = await self.engine.generate_with(job.ids, job.generate_params())
         except RequestAborted as exc:
             cached, computed = exc.cached_tokens, exc.computed_tokens
@@ -346,7 +348,7 @@ def _completion_reply(rid: str, completion: Completion, e2e: float) -> GenerateR
         finish = FinishReason(**_ABORT)
     else:
         finish = FinishReason(type="stop", matched=ids[-1] if ids else None)
-    return _reply(
+    reply = _reply(
         rid,
         completion.text,
         ids,
@@ -357,3 +359,13 @@ def _completion_reply(rid: str, completion: Completion, e2e: float) -> GenerateR
         e2e,
         completion.ttft_s,
     )
+    return _with_sources(reply, completion.cached_tokens_by_source)
+
+
+def _with_sources(reply: GenerateReply, by_source: Mapping[str, int]) -> GenerateReply:
+    """``reply`` with SGLang's ``meta_info.cached_tokens_details`` when the engine split its
+    cached tokens by tier (the disk tier's as ``storage``)."""
+    details = cached_tokens_details(by_source)
+    if details is not None:
+        reply["meta_info"]["cached_tokens_details"] = details
+    return reply

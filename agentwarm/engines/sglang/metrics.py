@@ -18,7 +18,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentwarm.engines.base import Completion, EngineStats, PrefillResult, PrefillStatus
-from agentwarm.engines.sglang.protocol import MetaInfo, MetricName, finish_type, token_counts
+from agentwarm.engines.sglang.cache_details import cached_tokens_by_source
+from agentwarm.engines.sglang.metric_names import MetricName
+from agentwarm.engines.sglang.protocol import MetaInfo, finish_type, token_counts
 
 __all__ = ("ClientCounters", "parse_metrics", "stats_from_metrics")
 
@@ -100,11 +102,17 @@ class ClientCounters:
         self.aborted += aborted
 
     def prefill(
-        self, rid: str, prompt: int, cached: int, computed: int, status: PrefillStatus
+        self,
+        rid: str,
+        prompt: int,
+        cached: int,
+        computed: int,
+        status: PrefillStatus,
+        by_source: Mapping[str, int] | None = None,
     ) -> PrefillResult:
         """Count a finished prefill and return its result."""
         self.finished(prompt, cached, computed, aborted=status is PrefillStatus.ABORTED)
-        return PrefillResult(rid, prompt, cached, computed, status)
+        return PrefillResult(rid, prompt, cached, computed, status, dict(by_source or {}))
 
     def prefill_reply(self, rid: str, ids: Sequence[int], meta: MetaInfo) -> PrefillResult:
         """Count the prefill of ``ids`` the server answered with ``meta`` and return its result
@@ -113,7 +121,8 @@ class ClientCounters:
         if finish_type(meta) == "abort":
             return self.prefill(rid, prompt, cached, computed or 0, PrefillStatus.ABORTED)
         computed = prompt - cached if computed is None else computed
-        return self.prefill(rid, prompt, cached, computed, PrefillStatus.DONE)
+        by_source = cached_tokens_by_source(meta)
+        return self.prefill(rid, prompt, cached, computed, PrefillStatus.DONE, by_source)
 
     def completion(
         self,
@@ -138,6 +147,7 @@ class ClientCounters:
             finish_reason=finish_type(meta) or "stop",
             rid=rid,
             e2e_s=e2e,
+            cached_tokens_by_source=cached_tokens_by_source(meta),
         )
 
     def stats(self) -> EngineStats:
