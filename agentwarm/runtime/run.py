@@ -295,6 +295,7 @@ class Run:
                     ttft_s=record.ttft_s,
                     prompt_tokens=record.prompt_tokens,
                     cached_tokens=record.cached_tokens,
+                    disk_cached_tokens=record.disk_cached_tokens,
                     hint_node=record.hint_node,
                     hint_lead_s=record.hint_lead_s,
                     hint_gain_s=record.hint_gain_s,
@@ -375,8 +376,7 @@ class Run:
                 span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
         if first:
             step_record.ttft_s = ttft
-            step_record.prompt_tokens = completion.prompt_tokens
-            step_record.cached_tokens = completion.cached_tokens
+            step_record.note_tokens(completion)
             self.instruments.record_ttft(self.workflow.name, ttft, step_record.outcome)
         content = completion.text
         family = self.renderer.tool_call_family

@@ -71,6 +71,8 @@ class StepSpan:
     hint_node: str | None = None
     hint_lead_s: float | None = None
     hint_gain_s: float | None = None
+    disk_cached_tokens: int | None = None
+    """Of ``cached_tokens``, those loaded from the engine's disk tier; None: not split."""
 
 
 @dataclass(frozen=True, slots=True)
