@@ -27,8 +27,14 @@ rate of the work done however many requests are aborted. Names:
 ``agentwarm:evicted_tokens_total``     tokens the engine evicted
 =====================================  ====================================================
 
-With a disk tier (``agentwarm serve --kv-dir DIR``; absent otherwise), from the engine's
-:class:`~agentwarm.engines.base.EngineStats`:
+With a disk tier (``agentwarm serve --kv-dir DIR``; absent otherwise), counted by the server
+as requests finish, vLLM's split of the cached tokens under agentwarm's prefix (vLLM's
+``vllm:prompt_tokens_cached_by_source_total{source}``; its ``device`` and ``disk`` sources):
+
+``agentwarm:prompt_tokens_cached_by_source_total{source="device"}`` (from the radix cache) and
+``{source="disk"}`` (loaded from the disk tier), absent until a request reported a split;
+
+and from the engine's :class:`~agentwarm.engines.base.EngineStats`:
 
 =========================================  ================================================
 ``agentwarm:disk_hit_tokens_total``        prompt tokens loaded from disk (part of the
@@ -49,7 +55,7 @@ yields as a custom collector, so that the series are exactly SGLang's names abov
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -87,6 +93,8 @@ class ServerMetrics:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        #: Cached tokens by source, of the requests whose engine split them (vLLM's counter).
+        self.cached_by_source: dict[str, int] = {}
         self._scrape: tuple[EngineStats | None, int] = (None, 0)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -100,7 +108,10 @@ class ServerMetrics:
         generation_tokens: int,
         aborted: bool,
         prefill_only: bool,
+        cached_by_source: Mapping[str, int] | None = None,
     ) -> None:
+        for source, tokens in (cached_by_source or {}).items():
+            self.cached_by_source[source] = self.cached_by_source.get(source, 0) + tokens
         c = self.counters
         c[MetricName.REQUESTS] += 1
         c[MetricName.PROMPT_TOKENS] += cached_tokens + computed_tokens if aborted else prompt_tokens
@@ -124,6 +135,15 @@ class ServerMetrics:
         stats, running = self._scrape
         for name, doc in _COUNTERS.items():
             yield self._family(CounterMetricFamily, name, doc, self.counters[name])
+        if self.cached_by_source:
+            family = CounterMetricFamily(
+                MetricName.CACHED_BY_SOURCE,
+                "Number of cached prompt tokens by source.",
+                labels=(*_LABELS, "source"),
+            )
+            for source, tokens in sorted(self.cached_by_source.items()):
+                family.add_metric([self.model_name, source], float(tokens))
+            yield family
         yield self._family(
             GaugeMetricFamily,
             MetricName.RUNNING_REQUESTS,

@@ -194,7 +194,8 @@ class GenerateRoutes:
                 finish = _ABORT if aborted else FinishReason(type="length", length=0)
                 prompt, cached = result.prompt_tokens, result.cached_tokens
                 computed = result.computed_tokens
-                self._record(job, prompt, cached, computed, 0, aborted)
+                by_source = result.cached_tokens_by_source
+                self._record(job, prompt, cached, computed, 0, aborted, by_source)
                 e2e = time.perf_counter() - start
                 reply = _reply(job.rid, "", [], prompt, cached, computed, finish, e2e)
                 return _with_sources(reply, result.cached_tokens_by_source)
@@ -291,7 +292,14 @@ class GenerateRoutes:
                 task.cancel()
 
     def _record(
-        self, job: Job, prompt: int, cached: int, computed: int, generated: int, aborted: bool
+        self,
+        job: Job,
+        prompt: int,
+        cached: int,
+        computed: int,
+        generated: int,
+        aborted: bool,
+        by_source: Mapping[str, int] | None = None,
     ) -> None:
         if job.log_metrics:
             self.state.metrics.record(
@@ -301,6 +309,7 @@ class GenerateRoutes:
                 generation_tokens=generated,
                 aborted=aborted,
                 prefill_only=job.prefill_only,
+                cached_by_source=by_source,
             )
 
     def _record_completion(self, job: Job, completion: Completion) -> None:
@@ -312,6 +321,7 @@ class GenerateRoutes:
             completion.computed_tokens,
             len(completion.token_ids),
             aborted,
+            completion.cached_tokens_by_source,
         )
 
 

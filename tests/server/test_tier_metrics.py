@@ -85,3 +85,38 @@ def test_workers_tiers_add_up() -> None:
         False,
         True,
     )
+
+
+BY_SOURCE = """\
+# HELP agentwarm:prompt_tokens_cached_by_source_total Number of cached prompt tokens by source.
+# TYPE agentwarm:prompt_tokens_cached_by_source_total counter
+agentwarm:prompt_tokens_cached_by_source_total{model_name="m",source="device"} 64.0
+agentwarm:prompt_tokens_cached_by_source_total{model_name="m",source="disk"} 576.0
+"""
+
+
+def test_cached_tokens_by_source_are_counted_as_vllm_counts_them() -> None:
+    metrics = ServerMetrics("m")
+    metrics.record(  # a cold request: nothing cached, no split counted yet
+        prompt_tokens=600,
+        cached_tokens=0,
+        computed_tokens=600,
+        generation_tokens=1,
+        aborted=False,
+        prefill_only=False,
+    )
+    assert "by_source" not in metrics.render(PLAIN, 0).decode()
+    for device, disk in ((0, 576), (64, 0)):  # after a restart, then from the radix cache
+        metrics.record(
+            prompt_tokens=600,
+            cached_tokens=device + disk,
+            computed_tokens=600 - device - disk,
+            generation_tokens=1,
+            aborted=False,
+            prefill_only=False,
+            cached_by_source={"device": device, "disk": disk},
+        )
+    text = metrics.render(PLAIN, 0).decode()
+    counters = text.split("# HELP sglang:num_running_reqs")[0]
+    assert counters.endswith(BY_SOURCE)
+    assert parse_metrics(text)["sglang:cached_tokens_total"] == 640

@@ -39,6 +39,9 @@ class MetricName(StrEnum):
     """agentwarm: tokens held by the radix cache (a gauge)."""
     EVICTED_TOKENS = "agentwarm:evicted_tokens_total"
     """agentwarm: tokens evicted from the cache."""
+    CACHED_BY_SOURCE = "agentwarm:prompt_tokens_cached_by_source_total"
+    """agentwarm: cached prompt tokens of finished requests by ``source`` (``device``,
+    ``disk``), vLLM's ``vllm:prompt_tokens_cached_by_source_total`` under agentwarm's prefix."""
     DISK_HIT_TOKENS = "agentwarm:disk_hit_tokens_total"
     """agentwarm: prompt tokens loaded from the disk tier (part of the cached tokens)."""
     TIER_BYTES_WRITTEN = "agentwarm:tier_bytes_written_total"
