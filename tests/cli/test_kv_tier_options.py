@@ -109,3 +109,22 @@ def test_run_and_bench_exit_2_with_one_line(command: str, tmp_path: Path) -> Non
     )
     assert result.exit_code == 2, result.output
     assert "error: --kv-disk-gb: for the embedded torch engine only" in result.output
+
+
+@pytest.mark.slow
+async def test_the_local_engine_gets_its_tier_with_the_budget(tmp_path: Path) -> None:
+    from agentwarm.engines.local import LocalEngine
+
+    kv = tmp_path / "new" / "kv"
+    served = build_engine("local", model="tiny", kv_dir=kv, kv_disk_bytes=64 << 20)
+    ran = await open_engine("local", "tiny", kv_dir=tmp_path / "other")
+    try:
+        assert isinstance(served, LocalEngine) and isinstance(ran, LocalEngine)
+        assert served.disk is not None and ran.disk is not None
+        assert served.disk.tier.stats().max_bytes == 64 << 20
+        assert ran.disk.tier.path == tmp_path / "other"
+        assert (await served.stats()).tier_enabled is True
+        assert any(kv.iterdir())  # the fingerprint directory
+    finally:
+        await served.aclose()
+        await ran.aclose()
