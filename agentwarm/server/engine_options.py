@@ -10,7 +10,11 @@ from typing import Annotated
 
 import typer
 
-__all__ = ("KvDirOption", "KvDiskGbOption")
+__all__ = ("DEFAULT_KV_DISK_GIB", "KvDirOption", "KvDiskGbOption")
+
+#: ``--kv-disk-gb``'s default as its help says it: the tier's ``DEFAULT_KV_DISK_BYTES`` in GiB
+#: (a test checks they agree; the tier's package is not imported here, as it imports torch).
+DEFAULT_KV_DISK_GIB = 16
 
 KvDirOption = Annotated[
     Path | None,
@@ -27,7 +31,7 @@ KvDiskGbOption = Annotated[
     typer.Option(
         "--kv-disk-gb",
         metavar="N",
-        help="--kv-dir's budget in GiB (> 0; oldest blocks go first). Default: the tier's "
-        "(DEFAULT_KV_DISK_BYTES, capped by the free disk space).",
+        help="--kv-dir's budget in GiB (> 0; the least recently used blocks go first). "
+        f"Default: {DEFAULT_KV_DISK_GIB} GiB, capped by the free disk space.",
     ),
 ]

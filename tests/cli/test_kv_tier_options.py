@@ -128,3 +128,12 @@ async def test_the_local_engine_gets_its_tier_with_the_budget(tmp_path: Path) ->
     finally:
         await served.aclose()
         await ran.aclose()
+
+
+def test_the_help_states_the_tiers_default_budget() -> None:
+    from agentwarm.engines.kvtier import DEFAULT_KV_DISK_BYTES
+    from agentwarm.server.engine_options import DEFAULT_KV_DISK_GIB
+
+    assert DEFAULT_KV_DISK_GIB * GIB == DEFAULT_KV_DISK_BYTES
+    result = CliRunner().invoke(app, ["serve", "--help"], env=ENV)
+    assert "Default: 16 GiB, capped by the free disk space." in " ".join(result.output.split())
