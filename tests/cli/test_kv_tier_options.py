@@ -15,6 +15,7 @@ from agentwarm.cli import app
 from agentwarm.engines.registry import GIB, build_engine, disk_tier_options, open_engine
 from agentwarm.errors import ConfigError
 from agentwarm.server.command import serve
+from agentwarm.server.engine_options import DEFAULT_KV_DISK_GIB
 from tests.conftest_server import ROOT
 
 ENV = {"AGENTWARM_NO_PROGRESS": "1", "COLUMNS": "200"}
@@ -132,7 +133,6 @@ async def test_the_local_engine_gets_its_tier_with_the_budget(tmp_path: Path) ->
 
 def test_the_help_states_the_tiers_default_budget() -> None:
     from agentwarm.engines.kvtier import DEFAULT_KV_DISK_BYTES
-    from agentwarm.server.engine_options import DEFAULT_KV_DISK_GIB
 
     assert DEFAULT_KV_DISK_GIB * GIB == DEFAULT_KV_DISK_BYTES
     result = CliRunner().invoke(app, ["serve", "--help"], env=ENV)
