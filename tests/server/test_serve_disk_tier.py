@@ -6,6 +6,7 @@ tier, and the greedy text is the first answer's, token for token."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentwarm.engines.base import EngineStats
+from agentwarm.engines.sglang import SGLangEngine
 from tests.conftest_server import ServeProcess
 
 #: 600 prompt ids inside the tiny preset's vocabulary (Qwen's), no run repeating.
@@ -57,6 +60,8 @@ def test_a_restarted_server_answers_from_disk_what_it_stored(tmp_path: Path) -> 
         warm = generate(second)
         metrics = second.metrics()
         exposition = httpx.get(f"{second.url}/metrics", timeout=10).text
+        client = SGLangEngine(second.url, tokenizer="byte")
+        stats = asyncio.run(client_stats(client))
     finally:
         stop_cleanly(second)
     meta = warm["meta_info"]
@@ -71,6 +76,20 @@ def test_a_restarted_server_answers_from_disk_what_it_stored(tmp_path: Path) -> 
     assert metrics["agentwarm:tier_loads_refused_total"] == 0
     assert metrics["agentwarm:tier_enabled"] == 1
     assert by_source(exposition) == {"device": 0, "disk": FROM_DISK}
+    # The SGLang client (agentwarm run --engine URL, the gateway) reads the tier back.
+    assert (stats.disk_hit_tokens, stats.tier_enabled, stats.tier_loads_refused) == (
+        FROM_DISK,
+        True,
+        0,
+    )
+    assert stats.tier_stored_bytes > 0 and stats.tier_bytes_read > 0
+
+
+async def client_stats(client: SGLangEngine) -> EngineStats:
+    try:
+        return await client.stats()
+    finally:
+        await client.aclose()
 
 
 def by_source(exposition: str) -> dict[str, float]:
