@@ -29,7 +29,7 @@ from agentwarm.errors import (
 from agentwarm.graphs import check_timeout
 from agentwarm.runtime import PrefetchPolicy, RunResult, Workflow, load_workflow, summarize
 from agentwarm.server.engine_options import KvDirOption, KvDiskGbOption
-from agentwarm.stats import hint_figures
+from agentwarm.stats import disk_cached_tokens, hint_figures
 
 __all__ = ("register", "run")
 
@@ -317,6 +317,8 @@ def _run(
         # The mid-decode hint figures, as `agentwarm stats --json` reads them from the traces.
         steps = [st for r in results for st in r.steps]
         summary.update(hint_figures(steps, next_of=lambda st: st.next).to_dict())
+        if (disk := disk_cached_tokens(steps)) is not None:  # as agentwarm stats gives it
+            summary["disk_cached_tokens"] = disk
         summary["paths"] = [r.path for r in results]
         summary["per_run_branch_hit_rate"] = [r.summary()["branch_hit_rate"] for r in results]
         summary["failed_runs"] = [f.to_dict() for f in failed]

@@ -29,6 +29,7 @@ from agentwarm._spec import END, START, PrefetchKind
 from agentwarm.stats.definitions import (
     Summary,
     anything_prefetched,
+    disk_cached_tokens,
     summarize_steps,
     wasted_tokens,
 )
@@ -213,11 +214,5 @@ def compute_stats(
         workflows=workflows,
         warm_ups=warm_ups,
         hints=hint_figures(steps, next_in_runs(steps)),
-        disk_cached_tokens=_disk_cached(steps),
+        disk_cached_tokens=disk_cached_tokens(steps),
     )
-
-
-def _disk_cached(steps: Sequence[StepSpan]) -> int | None:
-    """The steps' disk-tier cached tokens; None when no step says."""
-    known = [s.disk_cached_tokens for s in steps if s.disk_cached_tokens is not None]
-    return sum(known) if known else None

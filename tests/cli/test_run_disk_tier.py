@@ -36,7 +36,7 @@ def test_a_second_run_loads_what_the_first_stored_and_its_trace_says_so(tmp_path
     figures = []
     for name in ("first", "second"):
         trace = tmp_path / f"{name}.jsonl"
-        agentwarm(
+        ran = agentwarm(
             "run",
             str(ROOT / "examples" / "support_bot.py"),
             "--kv-dir",
@@ -48,6 +48,8 @@ def test_a_second_run_loads_what_the_first_stored_and_its_trace_says_so(tmp_path
             "--json",
         )
         figures.append(json.loads(agentwarm("stats", str(trace), "--json")))
+        # agentwarm run --json gives the same figure as agentwarm stats of its trace.
+        assert json.loads(ran)["disk_cached_tokens"] == figures[-1]["disk_cached_tokens"]
     first, second = figures
     assert first["disk_cached_tokens"] == 0  # a new directory: nothing to load
     assert 0 < second["disk_cached_tokens"] <= second["cached_tokens"]
