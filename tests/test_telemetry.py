@@ -52,7 +52,7 @@ def test_attribute_keys_are_pinned() -> None:
         "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS": "gen_ai.usage.cache_read.input_tokens",
     }
     own = [v for k, v in vars(names).items() if k.startswith("AW_")]
-    assert len(own) == 31
+    assert len(own) == 32
     assert all(v.startswith("agentwarm.") for v in own)
     assert sorted(v for v in own if v.startswith("agentwarm.step.miss.")) == [
         "agentwarm.step.miss.cause",
@@ -68,6 +68,7 @@ def test_attribute_keys_are_pinned() -> None:
     assert tm.AW_STEP_HINT_NODE == "agentwarm.step.hint_node"
     assert tm.AW_STEP_HINT_LEAD == "agentwarm.step.hint_lead_s"
     assert tm.AW_PREFILL_OUTCOME == "agentwarm.prefill.outcome"
+    assert tm.AW_STEP_DISK_CACHED_TOKENS == "agentwarm.step.disk_cached_tokens"
 
 
 def test_outcome_and_kind_values_are_pinned() -> None:

@@ -86,7 +86,10 @@ def _summary(st: TraceStats) -> Text:
         out.append(f"dropped           {st.prefetches_dropped}")
         out.append("  (speculative prefills refused by admission: over rate or budget)\n", "dim")
     out.append(f"wasted tokens     {st.wasted_tokens}\n")
-    out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens\n")
+    out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens")
+    if st.disk_cached_tokens is not None:
+        out.append(f", {st.disk_cached_tokens} of them loaded from the disk tier")
+    out.append("\n")
     out.append(f"TTFT p50 / p95    {ms(st.ttft_p50_s)} / {ms(st.ttft_p95_s)} ms\n")
     if st.ttft_saved_s is None:
         out.append("TTFT saved (est.) n/a")

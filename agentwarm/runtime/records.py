@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentwarm._spec import Miss, MissReason, PrefetchKind, PrefetchOutcome, StepOutcome
+from agentwarm.engines.types import Completion
 from agentwarm.stats.definitions import step_outcome
 
 __all__ = ("PrefetchRecord", "StepRecord")
@@ -68,6 +69,8 @@ class StepRecord:
     ttft_s: float | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    #: Of ``cached_tokens``, those loaded from the engine's disk tier (None: not split).
+    disk_cached_tokens: int | None = None
     llm_calls: int = 0
     duration_s: float = 0.0
     hint_node: str | None = None
@@ -83,6 +86,13 @@ class StepRecord:
         self.hint_node, at, call_end = hint
         self.hint_at_s, self.hint_lead_s = at - started, end - at
         self.hint_gain_s = None if call_end is None else call_end - at
+
+    def note_tokens(self, completion: Completion) -> None:
+        """The token counts of the step's first LLM call, ``completion`` (its disk-tier share
+        from the engine's ``cached_tokens_by_source``, when the engine split them)."""
+        self.prompt_tokens, self.cached_tokens = completion.prompt_tokens, completion.cached_tokens
+        by_source = completion.cached_tokens_by_source
+        self.disk_cached_tokens = int(by_source.get("disk", 0)) if by_source else None
 
     @property
     def miss_reason(self) -> MissReason | None:

@@ -261,6 +261,7 @@ class Run:
                     ttft_s=record.ttft_s,
                     prompt_tokens=record.prompt_tokens,
                     cached_tokens=record.cached_tokens,
+                    disk_cached_tokens=record.disk_cached_tokens,
                     hint_node=record.hint_node,
                     hint_lead_s=record.hint_lead_s,
                     hint_gain_s=record.hint_gain_s,
@@ -344,8 +345,7 @@ class Run:
                 span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
         if first:
             step_record.ttft_s = ttft
-            step_record.prompt_tokens = completion.prompt_tokens
-            step_record.cached_tokens = completion.cached_tokens
+            step_record.note_tokens(completion)
             if scope.probe is not None:
                 where = functools.partial(self.renderer.boundary, spec)
                 step_record.miss = scope.probe.short(ids, completion.cached_tokens, where)

@@ -61,6 +61,7 @@ __all__ = (
     "acceptance_ratio",
     "anything_prefetched",
     "branch_hit_rate",
+    "disk_cached_tokens",
     "dropped",
     "has_previous",
     "miss_reasons",
@@ -309,3 +310,11 @@ def summarize_steps(
         ttft_p95_s=percentile(ttfts, 95),
         ttft_saved_s=ttft_saved(steps, node_key),
     )
+
+
+def disk_cached_tokens(steps: Iterable[Any]) -> int | None:
+    """Of the steps' cached tokens, those their engine loaded from its disk tier (each step's
+    ``disk_cached_tokens``: ``runtime.records.StepRecord``, ``stats.traces.StepSpan``); ``None``
+    when no step says (an engine that does not split its cached tokens by source)."""
+    known = [s.disk_cached_tokens for s in steps if s.disk_cached_tokens is not None]
+    return sum(known) if known else None

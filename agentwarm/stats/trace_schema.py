@@ -160,6 +160,8 @@ Count = Annotated[int, BeforeValidator(lambda v: _count(v) or 0)]
 """A count or index in 0..MAX_COUNT; absent or null is 0."""
 Rank = Annotated[int | None, BeforeValidator(_count)]
 """A rank in 0..MAX_COUNT, or ``None``."""
+OptionalCount = Rank
+"""A count in 0..MAX_COUNT, or ``None`` (absent: not known)."""
 Seconds = Annotated[float | None, _number(math.inf)]
 """A duration: a finite number >= 0, or ``None``."""
 Probability = Annotated[float | None, _number(1 + _PROBABILITY_SLACK)]
@@ -210,6 +212,7 @@ class StepAttributes(SpanAttributes):
     ttft_s: Seconds = Field(None, validation_alias=tn.AW_STEP_TTFT)
     prompt_tokens: Count = Field(0, validation_alias=tn.AW_STEP_PROMPT_TOKENS)
     cached_tokens: Count = Field(0, validation_alias=tn.AW_STEP_CACHED_TOKENS)
+    disk_cached_tokens: OptionalCount = Field(None, validation_alias=tn.AW_STEP_DISK_CACHED_TOKENS)
     hint_node: OptionalName = Field(None, validation_alias=tn.AW_STEP_HINT_NODE)
     hint_lead_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_LEAD)
     hint_gain_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_GAIN)

@@ -80,6 +80,8 @@ class StepSpan:
     miss_token: int | None = None
     miss_message: int | None = None
     missing_tokens: int | None = None
+    disk_cached_tokens: int | None = None
+    """Of ``cached_tokens``, those loaded from the engine's disk tier; None: not split."""
 
 
 @dataclass(frozen=True, slots=True)

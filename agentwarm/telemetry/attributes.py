@@ -23,6 +23,7 @@ from agentwarm.telemetry.names import (
     AW_RUN_END_STEPS,
     AW_RUN_ID,
     AW_STEP_CACHED_TOKENS,
+    AW_STEP_DISK_CACHED_TOKENS,
     AW_STEP_FROM,
     AW_STEP_HINT_GAIN,
     AW_STEP_HINT_LEAD,
@@ -141,14 +142,18 @@ def step_result_attributes(
     hint_lead_s: float | None = None,
     hint_gain_s: float | None = None,
     miss: Miss | None = None,
+    disk_cached_tokens: int | None = None,
 ) -> dict[str, AttributeValue]:
     """Attributes of a step span known at its end; TTFT is left out when no LLM call was made,
     the mid-decode hint, its lead and gain when the step had no hint, the miss reason
-    (:func:`miss_attributes`) when it had none."""
+    (:func:`miss_attributes`) when it had none, the disk tier's share of the cached tokens when
+    the engine did not say."""
     attrs: dict[str, AttributeValue] = {
         AW_STEP_PROMPT_TOKENS: prompt_tokens,
         AW_STEP_CACHED_TOKENS: cached_tokens,
     }
+    if disk_cached_tokens is not None:
+        attrs[AW_STEP_DISK_CACHED_TOKENS] = disk_cached_tokens
     if ttft_s is not None:
         attrs[AW_STEP_TTFT] = ttft_s
     if hint_node is not None:

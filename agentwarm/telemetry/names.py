@@ -25,6 +25,7 @@ __all__ = (
     "AW_RUN_END_STEPS",
     "AW_RUN_ID",
     "AW_STEP_CACHED_TOKENS",
+    "AW_STEP_DISK_CACHED_TOKENS",
     "AW_STEP_FROM",
     "AW_STEP_HINT_GAIN",
     "AW_STEP_HINT_LEAD",
@@ -133,6 +134,9 @@ AW_STEP_PROMPT_TOKENS = "agentwarm.step.prompt_tokens"
 """Prompt tokens of the step's first LLM call."""
 AW_STEP_CACHED_TOKENS = "agentwarm.step.cached_tokens"
 """Prompt tokens of the step's first LLM call served from the prefix cache."""
+AW_STEP_DISK_CACHED_TOKENS = "agentwarm.step.disk_cached_tokens"
+"""Of :data:`AW_STEP_CACHED_TOKENS`, those the engine loaded from its disk tier (``LocalEngine``
+with ``kv_dir``); absent when the engine does not split its cached tokens by source."""
 AW_STEP_HINT_NODE = "agentwarm.step.hint_node"
 """The successor the step's streamed output named before the step ended (its mid-decode hint);
 absent when there was none."""
