@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from agentwarm.engines.base import EngineStats
-from agentwarm.engines.routing import _any_tier
 from agentwarm.engines.sglang import parse_metrics
 from agentwarm.engines.sglang.metrics import stats_from_metrics
 from agentwarm.server.metrics import ServerMetrics
@@ -77,14 +76,6 @@ def test_the_sglang_client_reads_the_tier_back(stats: EngineStats) -> None:
             prefill_only=True,
         )
     assert stats_from_metrics(parse_metrics(metrics.render(stats, 0).decode())) == stats
-
-
-def test_workers_tiers_add_up() -> None:
-    assert (_any_tier([None, None]), _any_tier([None, False]), _any_tier([False, True])) == (
-        None,
-        False,
-        True,
-    )
 
 
 BY_SOURCE = """\
