@@ -140,7 +140,10 @@ async def breakeven(
     await probe.aclose()
     rows = []
     for length in lengths:
-        cold_s, disk_s, read_cold, read_warm = [], [], [], []
+        cold_s: list[float] = []
+        disk_s: list[float] = []
+        read_cold: list[float] = []
+        read_warm: list[float] = []
         for r in range(repeat):
             ids = _ids(length + 1, vocab, seed + 1000 * length + r)
             cold = LocalEngine(loaded)
@@ -152,8 +155,8 @@ async def breakeven(
                 await _fill(loaded, Path(tmp), ids)
                 engine = LocalEngine(loaded, kv_dir=tmp)
                 try:
-                    tier = engine.tier
-                    assert tier is not None
+                    assert engine.disk is not None
+                    tier = engine.disk.tier
                     stop = tier.stored_prefix("", ids)
                     if stop > 0:
                         for bucket in (read_cold, read_warm):
@@ -168,7 +171,7 @@ async def breakeven(
                     disk_s.append((await engine.generate(ids, max_tokens=1)).ttft_s)
                 finally:
                     await engine.aclose()
-        row = {
+        row: dict[str, Any] = {
             "tokens": length,
             "cold_ttft_s": statistics.median(cold_s),
             "disk_ttft_s": statistics.median(disk_s),
