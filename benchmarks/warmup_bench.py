@@ -72,6 +72,7 @@ from agentwarm.engines.local.model import LoadedModel, load_model
 from agentwarm.errors import ConfigError
 from agentwarm.warmup.mine import mine_plan
 from agentwarm.warmup.render import ChatRenderer
+from benchmarks.warmup_disk import DISK_GOALS, DISK_MODES, disk_goals, goal, run_disk_mode
 from benchmarks.warmup_workload import (
     Request,
     Workload,
@@ -93,9 +94,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 AIRLINE = DATA / "tau-airline" / "conversations.jsonl"
 RETAIL = DATA / "tau2-retail" / "trajectories.jsonl"
-MODES = ("cold", "warm", "warm_small", "keepwarm_small", "keepwarm_unbounded")
-#: Goals (issue 14): cold/warm TTFT ratios at p50 and p99 (at least), hit-ratio gap (at most).
-GOALS = {"p50_ratio": 4.0, "p99_ratio": 2.0, "hit_gap_points": 5.0}
+MODES = ("cold", "warm", "warm_small", "keepwarm_small", "keepwarm_unbounded", *DISK_MODES)
+#: Goals (issue 14): cold/warm TTFT ratios at p50 and p99 (at least), hit-ratio gap (at most);
+#: issue 25's with the disk tier (:data:`~benchmarks.warmup_disk.DISK_GOALS`).
+GOALS = {"p50_ratio": 4.0, "p99_ratio": 2.0, "hit_gap_points": 5.0, **DISK_GOALS}
 TTFT_SOURCE = "Completion.ttft_s: engine.generate(ids, max_tokens=1), call to first token"
 
 
@@ -158,11 +160,16 @@ async def run_workload(
         f"plan of {len(plan)} prefixes from {train_requests} train requests; "
         f"small cache {small_tokens} of {distinct} distinct tokens"
     )
+    before = [
+        prompt_ids(renderer.template, renderer.encode, r, pieces)
+        for r in interleave(workload.train, requests)
+    ]
     prime_s = await prime(loaded, prompts[:2])
     results: dict[str, Any] = {}
     for mode in modes:
         _progress(f"{workload.name}: {mode}")
-        results[mode] = await run_mode(
+        kw: dict[str, Any] = {"before_restart": before} if mode in DISK_MODES else {}
+        results[mode] = await (run_disk_mode if mode in DISK_MODES else run_mode)(
             mode,
             loaded,
             prompts,
@@ -171,6 +178,7 @@ async def run_workload(
             small_cache_tokens=small_tokens,
             rewarm_every=rewarm_every,
             concurrency=concurrency,
+            **kw,
         )
     cold, warm = results.get("cold"), results.get("warm")
     ratios = {
@@ -184,9 +192,10 @@ async def run_workload(
         else None
     )
     goals = {
-        "p50_ratio": _goal(ratios["p50"], GOALS["p50_ratio"], at_least=True),
-        "p99_ratio": _goal(ratios["p99"], GOALS["p99_ratio"], at_least=True),
-        "hit_gap_points": _goal(gap, GOALS["hit_gap_points"], at_least=False),
+        "p50_ratio": goal(ratios["p50"], GOALS["p50_ratio"], at_least=True),
+        "p99_ratio": goal(ratios["p99"], GOALS["p99_ratio"], at_least=True),
+        "hit_gap_points": goal(gap, GOALS["hit_gap_points"], at_least=False),
+        **disk_goals(results),
     }
     return {
         "workload": workload.name,
@@ -207,11 +216,6 @@ async def run_workload(
         "hit_gap_points": gap,
         "goals": goals,
     }
-
-
-def _goal(value: float | None, goal: float, *, at_least: bool) -> dict[str, Any]:
-    met = None if value is None else (value >= goal if at_least else value <= goal)
-    return {"value": value, "goal": goal, "at_least": at_least, "met": met}
 
 
 def load_workloads(
@@ -303,15 +307,16 @@ def render_workload(name: str, w: dict[str, Any], concurrency: int) -> list[str]
         f"small cache {w['small_cache_tokens']} tokens for {w['distinct_tokens']} distinct ones"
         + (" (it holds them all)" if w["small_cache_fits_all"] else ""),
         "",
-        "| mode | TTFT p50 | p95 | p99 | mean | hit ratio | warm-up s | warm-up tokens "
-        "(computed) | rewarms (computed tokens) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| mode | first | TTFT p50 | p95 | p99 | mean | hit ratio | from disk | ready s | "
+        "warm-up s | warm-up tokens (computed) | rewarms (computed tokens) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for mode, m in w["modes"].items():
         warm = m["warmup"]
         lines.append(
-            f"| {mode} | {_ms(m['ttft_p50_s'])} | {_ms(m['ttft_p95_s'])} | "
-            f"{_ms(m['ttft_p99_s'])} | {_ms(m['ttft_mean_s'])} | {_pct(m['hit_ratio'])} | "
+            f"| {mode} | {_ms(m['first_ttft_s'])} | {_ms(m['ttft_p50_s'])} | "
+            f"{_ms(m['ttft_p95_s'])} | {_ms(m['ttft_p99_s'])} | {_ms(m['ttft_mean_s'])} | "
+            f"{_pct(m['hit_ratio'])} | {m['disk_hit_tokens']} | {m['ready_s']:.2f} | "
             + (
                 f"{warm['seconds']:.2f} | {warm['tokens']} ({warm['computed_tokens']}) | "
                 if warm
@@ -324,6 +329,8 @@ def render_workload(name: str, w: dict[str, Any], concurrency: int) -> list[str]
         ("p50_ratio", "p50 TTFT cold/warm", "x"),
         ("p99_ratio", "p99 TTFT cold/warm", "x"),
         ("hit_gap_points", "hit ratio keepwarm_unbounded - keepwarm_small", " points"),
+        ("small_disk_hit_ratio", "hit ratio keepwarm_small_disk", ""),
+        ("restart_first_ratio", "first request TTFT disk_restart/cold", "x"),
     ):
         g = w["goals"][key]
         op = ">=" if g["at_least"] else "<="

@@ -272,17 +272,23 @@ async def run_mode(
     small_cache_tokens: int,
     rewarm_every: int,
     concurrency: int = 1,
+    kv_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """One mode on a fresh engine: its warm-up (if any), then the requests
-    (:func:`replay`)."""
-    small = mode.endswith("_small")
-    engine = LocalEngine(loaded, max_cached_tokens=small_cache_tokens if small else None)
+    """One mode on a fresh engine (with a disk tier at ``kv_dir`` when given): its warm-up (if
+    any), then the requests (:func:`replay`). ``ready_s``: from building the engine to the end
+    of its warm-up, what a restarted server takes to be ready."""
+    small = "_small" in mode
+    t_ready = time.perf_counter()
+    engine = LocalEngine(
+        loaded, max_cached_tokens=small_cache_tokens if small else None, kv_dir=kv_dir
+    )
     try:
         warmer = Warmer(engine, renderer=ChatRenderer.for_engine(engine))
         warm: dict[str, Any] | None = None
-        if mode != "cold":
+        if mode not in ("cold", "disk_restart"):
             summary = await warmer.warm(plan, kind=PrefetchKind.STATIC)
             warm = summary.to_dict()
+        ready_s = time.perf_counter() - t_ready
         keep = KeepWarm(plan, {"local": warmer}) if mode.startswith("keep") else None
         rewarms: list[dict[str, Any]] = []
 
@@ -304,6 +310,9 @@ async def run_mode(
     )
     out.update(
         mode=mode,
+        ready_s=ready_s,
+        first_ttft_s=samples[0]["ttft_s"] if samples else None,
+        disk_hit_tokens=stats.disk_hit_tokens,
         capacity_tokens=stats.capacity_tokens,
         evicted_tokens=stats.evicted_tokens,
         warmup=warm,
