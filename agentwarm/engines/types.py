@@ -117,6 +117,12 @@ class EngineStats:
     computed_tokens: int
     requests: int
     aborted: int
+    disk_hit_tokens: int = 0
+    tier_bytes_written: int = 0
+    tier_bytes_read: int = 0
+    tier_loads_refused: int = 0
+    tier_stored_bytes: int = 0
+    tier_enabled: bool | None = None
 
 
 def check_context(prompt_tokens: int, limit: int, *, max_tokens: int = 0) -> None:
