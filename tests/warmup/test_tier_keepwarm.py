@@ -73,8 +73,9 @@ async def test_a_tiered_local_engine_is_warmed_to_its_cache_and_stays_warm(
         assert prompt_tokens == 6 * 420
         assert keep.hit_rates == {"local": hits / prompt_tokens}
         assert keep.tier_shares == {"local": lower / hits}
-        # Disk served part of the hits, and with them the worker is warm: not re-warmed.
-        assert lower > 0 and hits / prompt_tokens >= 0.5
+        # Disk served part of the hits (measured: 1,152 of 1,952), and with them the worker is
+        # warm (0.77); its device cache alone would have been cold (0.32): not re-warmed.
+        assert (hits - lower) / prompt_tokens < 0.5 <= hits / prompt_tokens
         assert keep.rounds == 0
     finally:
         await keep.aclose()
