@@ -25,10 +25,13 @@ from agentwarm.warmup.warmer import Warmer
 from tests.engines.test_local_engine import prompt, tiny
 from tests.warmup.test_keepwarm import Ticks
 
-pytestmark = pytest.mark.skipif(
-    "kv_dir" not in inspect.signature(LocalEngine).parameters,
-    reason="LocalEngine has no disk tier (kv_dir) on this checkout: it comes with issue 25 §1",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        "kv_dir" not in inspect.signature(LocalEngine).parameters,
+        reason="LocalEngine has no disk tier (kv_dir) on this checkout: it comes with issue 25 §1",
+    ),
+    pytest.mark.slow,  # ~1 min on 2 cores
+]
 
 CAPACITY = 1024
 
