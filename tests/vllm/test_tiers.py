@@ -18,6 +18,7 @@ connector, used here because it is the tier this build runs, never across tenant
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -62,6 +63,7 @@ def tier_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+        shutil.rmtree(root / "kv", ignore_errors=True)  # ~100 MB of KV files; the log stays
 
 
 @pytest.fixture
