@@ -22,7 +22,9 @@ warm between bursts.
    (``/metrics`` off: its client could only count the warm-ups' own requests) is left out of
    the check, with one warning. The counters are the server's own where it has them (SGLang's
    ``/metrics``; vLLM's through :meth:`~agentwarm.engines.vllm.VLLMEngine.server_stats`, so
-   that the live requests a gateway relays count), and their hits include the tokens a tier
+   that the live requests a gateway relays count, less every request of the worker's own
+   client as vLLM counted it: a chunked prefill is several requests there), and their hits
+   include the tokens a tier
    below the device cache supplied (SGLang HiCache's host and storage, vLLM's KV offloading and
    connectors, ``LocalEngine``'s disk: ``EngineStats.disk_hit_tokens`` is a part of
    ``hit_tokens``): a prefix evicted to a lower tier is cheap to bring back, so a worker
@@ -91,11 +93,14 @@ def check_schedule(
 @dataclass(slots=True)
 class _Window:
     """One worker's current window: its stats at the start, and the warm-ups' own prompt and
-    cached tokens since (to take out of the window's counters)."""
+    cached tokens since (to take out of the window's counters); for a vLLM worker, whose
+    server counts each chunk of a prefill, its client's wire totals at the start instead
+    (``ServerFlags.wire_*``: all of its own requests are taken out)."""
 
     start: EngineStats | None = None
     warm_prompt: int = 0
     warm_cached: int = 0
+    wire: tuple[int, int] | None = None
 
 
 class KeepWarm:
@@ -338,7 +343,11 @@ class KeepWarm:
         for name, window, end in zip(names, starts, ends, strict=True):
             if window.start is None or end is None:
                 continue
-            rate = self.live_hit_rate(window.start, end, window.warm_prompt, window.warm_cached)
+            own = window.warm_prompt, window.warm_cached
+            wire = self._windows[name].wire
+            if window.wire is not None and wire is not None:
+                own = wire[0] - window.wire[0], wire[1] - window.wire[1]
+            rate = self.live_hit_rate(window.start, end, *own)
             self.hit_rates[name] = rate
             self.tier_shares[name] = _tier_share(window.start, end)
             if rate is not None and rate < self.rewarm_below:
@@ -348,7 +357,11 @@ class KeepWarm:
     async def _new_windows(self, names: Sequence[str]) -> list[EngineStats | None]:
         stats = list(await asyncio.gather(*(self._stats(n) for n in names)))
         for name, now in zip(names, stats, strict=True):
-            self._windows[name] = _Window(now)
+            engine = self.warmers[name].engine
+            wire = None
+            if isinstance(engine, VLLMEngine):
+                wire = engine.flags.wire_prompt_tokens, engine.flags.wire_cached_tokens
+            self._windows[name] = _Window(now, wire=wire)
         return stats
 
     async def _stats(self, name: str) -> EngineStats | None:

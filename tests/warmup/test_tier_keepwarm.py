@@ -23,6 +23,7 @@ from agentwarm.warmup.keepwarm import KeepWarm
 from agentwarm.warmup.types import Plan, WarmPrefix
 from agentwarm.warmup.warmer import Warmer
 from tests.engines.test_local_engine import prompt, tiny
+from tests.waiting import until
 from tests.warmup.test_keepwarm import Ticks
 
 pytestmark = [
@@ -58,7 +59,7 @@ async def test_a_tiered_local_engine_is_warmed_to_its_cache_and_stays_warm(
     flush = engine.disk.tier.flush  # type: ignore[attr-defined]
     try:
         keep.start()
-        await keep.warmed.wait()
+        await until(lambda: ticks.waits == [5.0], timeout_s=600, what="the first window")
         (static,) = keep.summaries
         # The whole cache (half of it, 512 tokens, would warm only one head): two heads fit.
         assert (static.budget_tokens, static.prefixes, static.skipped) == (CAPACITY, 2, 1)

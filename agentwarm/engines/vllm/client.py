@@ -234,7 +234,7 @@ class VLLMEngine(Engine):
                     final = await self._run(wire[:end], request, flight, live=False)
                 except RequestAborted:
                     break
-                cached += max(0, self.flags.cached(final.usage) - done)
+                cached += max(0, self.flags.count(final.usage) - done)
                 done = end if end == len(wire) else end - 1
         status = PrefillStatus.DONE if done == len(wire) else PrefillStatus.ABORTED
         reached = len(ids) if status is PrefillStatus.DONE else done
@@ -383,7 +383,7 @@ class VLLMEngine(Engine):
     def _completion(
         self, ids: Sequence[int], params: GenerateParams, final: Final, text: str
     ) -> Completion:
-        prompt, cached = final.usage.prompt_tokens, self.flags.cached(final.usage)
+        prompt, cached = final.usage.prompt_tokens, self.flags.count(final.usage)
         self._counters.finished(prompt, cached, prompt - cached)
         return Completion(
             text=text,

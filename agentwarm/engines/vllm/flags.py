@@ -4,6 +4,10 @@ finds out from its answers, each said in one warning naming the flag:
 * ``--enable-prompt-tokens-details``: ``usage`` has no cached prompt tokens; they count as 0.
 * ``--scheduling-policy priority``: the server refuses ``priority``; none is sent from then on
   (speculative prefills then compete with live requests).
+
+It also adds up the ``usage`` of the requests the client finished as the server counts them
+(:attr:`ServerFlags.wire_prompt_tokens`: each chunk of a chunked prefill whole), so that the
+server's counters less this client's are the other traffic (keep-warm's live hit rate).
 """
 
 from __future__ import annotations
@@ -26,11 +30,18 @@ class ServerFlags:
         self.url = url
         #: Whether requests carry ``priority`` (until the server refuses it).
         self.send_priority = send_priority
+        #: The prompt tokens of the requests this client finished, as the server counted them,
+        #: and of those, the cached ones.
+        self.wire_prompt_tokens = 0
+        self.wire_cached_tokens = 0
         self._warned_details = False
 
-    def cached(self, usage: Usage) -> int:
-        """``usage``'s cached prompt tokens; 0 (and one warning) when it reports none."""
+    def count(self, usage: Usage) -> int:
+        """Add a finished request's ``usage`` to the wire totals; its cached prompt tokens, 0
+        (and one warning) when it reports none."""
+        self.wire_prompt_tokens += usage.prompt_tokens
         if usage.cached_tokens is not None:
+            self.wire_cached_tokens += usage.cached_tokens
             return usage.cached_tokens
         if not self._warned_details:
             self._warned_details = True
