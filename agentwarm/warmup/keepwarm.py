@@ -22,7 +22,7 @@ warm between bursts.
    (``/metrics`` off: its client could only count the warm-ups' own requests) is left out of
    the check, with one warning. The counters are the server's own where it has them (SGLang's
    ``/metrics``; vLLM's through :meth:`~agentwarm.engines.vllm.VLLMEngine.server_stats`, so
-   that the live requests a gateway relays count, less every request of the worker's own
+   that the live requests a gateway relays count, less every prefill of the worker's own
    client as vLLM counted it: a chunked prefill is several requests there), and their hits
    include the tokens a tier
    below the device cache supplied (SGLang HiCache's host and storage, vLLM's KV offloading and
@@ -94,8 +94,8 @@ def check_schedule(
 class _Window:
     """One worker's current window: its stats at the start, and the warm-ups' own prompt and
     cached tokens since (to take out of the window's counters); for a vLLM worker, whose
-    server counts each chunk of a prefill, its client's wire totals at the start instead
-    (``ServerFlags.wire_*``: all of its own requests are taken out)."""
+    server counts each chunk of a prefill, its client's prefill totals at the start instead
+    (``ServerFlags.prefill_*``: every prefill it sent is taken out)."""
 
     start: EngineStats | None = None
     warm_prompt: int = 0
@@ -360,7 +360,7 @@ class KeepWarm:
             engine = self.warmers[name].engine
             wire = None
             if isinstance(engine, VLLMEngine):
-                wire = engine.flags.wire_prompt_tokens, engine.flags.wire_cached_tokens
+                wire = engine.flags.prefill_prompt_tokens, engine.flags.prefill_cached_tokens
             self._windows[name] = _Window(now, wire=wire)
         return stats
 

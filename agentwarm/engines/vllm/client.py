@@ -234,7 +234,7 @@ class VLLMEngine(Engine):
                     final = await self._run(wire[:end], request, flight, live=False)
                 except RequestAborted:
                     break
-                cached += max(0, self.flags.count(final.usage) - done)
+                cached += max(0, self.flags.count(final.usage, prefill=True) - done)
                 done = end if end == len(wire) else end - 1
         status = PrefillStatus.DONE if done == len(wire) else PrefillStatus.ABORTED
         reached = len(ids) if status is PrefillStatus.DONE else done

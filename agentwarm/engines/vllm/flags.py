@@ -5,9 +5,9 @@ finds out from its answers, each said in one warning naming the flag:
 * ``--scheduling-policy priority``: the server refuses ``priority``; none is sent from then on
   (speculative prefills then compete with live requests).
 
-It also adds up the ``usage`` of the requests the client finished as the server counts them
-(:attr:`ServerFlags.wire_prompt_tokens`: each chunk of a chunked prefill whole), so that the
-server's counters less this client's are the other traffic (keep-warm's live hit rate).
+It also adds up the ``usage`` of the client's prefills as the server counts them
+(:attr:`ServerFlags.prefill_prompt_tokens`: each chunk of a chunked prefill whole), so that the
+server's counters less them are the traffic that is not warming (keep-warm's live hit rate).
 """
 
 from __future__ import annotations
@@ -30,19 +30,21 @@ class ServerFlags:
         self.url = url
         #: Whether requests carry ``priority`` (until the server refuses it).
         self.send_priority = send_priority
-        #: The prompt tokens of the requests this client finished, as the server counted them,
-        #: and of those, the cached ones.
-        self.wire_prompt_tokens = 0
-        self.wire_cached_tokens = 0
+        #: The prompt tokens of this client's finished prefill requests (every chunk), as the
+        #: server counted them, and of those, the cached ones.
+        self.prefill_prompt_tokens = 0
+        self.prefill_cached_tokens = 0
         self._warned_details = False
 
-    def count(self, usage: Usage) -> int:
-        """Add a finished request's ``usage`` to the wire totals; its cached prompt tokens, 0
-        (and one warning) when it reports none."""
-        self.wire_prompt_tokens += usage.prompt_tokens
-        if usage.cached_tokens is not None:
-            self.wire_cached_tokens += usage.cached_tokens
-            return usage.cached_tokens
+    def count(self, usage: Usage, *, prefill: bool = False) -> int:
+        """A finished request's cached prompt tokens, 0 (and one warning) when its ``usage``
+        reports none; a ``prefill``'s usage is added to the prefill totals."""
+        cached = usage.cached_tokens
+        if prefill:
+            self.prefill_prompt_tokens += usage.prompt_tokens
+            self.prefill_cached_tokens += cached or 0
+        if cached is not None:
+            return cached
         if not self._warned_details:
             self._warned_details = True
             log.warning(
