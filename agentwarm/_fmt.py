@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ("NA", "ms", "pct", "plural")
+from collections.abc import Mapping
+
+__all__ = ("NA", "ms", "pct", "plural", "reasons")
 
 NA = "—"
 """What a figure reads when it is unknown or does not apply."""
@@ -21,3 +23,9 @@ def pct(rate: float | None, digits: int = 0) -> str:
 def ms(seconds: float | None) -> str:
     """Seconds as milliseconds with one decimal (``"38.8"``), :data:`NA` when unknown."""
     return NA if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def reasons(counts: Mapping[str, int]) -> str:
+    """Miss reasons with a count, ``reason count`` joined by `` · `` (``none`` without any)."""
+    shown = [f"{reason} {n}" for reason, n in counts.items() if n]
+    return " · ".join(shown) if shown else "none"

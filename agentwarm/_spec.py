@@ -1,6 +1,6 @@
 """The words every layer shares: :data:`START`, :data:`END`, :class:`NodeSpec`, and the outcome
 and kind vocabulary of steps and prefetches (:class:`StepOutcome`, :class:`PrefetchOutcome`,
-:class:`PrefetchKind`).
+:class:`PrefetchKind`), and why a step missed (:class:`MissReason`, :class:`Miss`).
 
 Plain data, the ground floor: this module imports nothing from agentwarm, so graphs, predictors,
 the runtime, telemetry, statistics and the tools on top all take these names from here. The
@@ -18,8 +18,12 @@ from typing import Any
 
 __all__ = (
     "END",
+    "MISS_REASONS",
+    "SHORT_HIT_REASONS",
     "START",
     "WARM_UP_KINDS",
+    "Miss",
+    "MissReason",
     "NodeFn",
     "NodeResult",
     "NodeSpec",
@@ -124,3 +128,63 @@ class PrefetchOutcome(StrEnum):
     DROPPED = "dropped"
     """Admission refused the prefill (over the engine's speculative rate or budget): nothing of
     it reached the engine. Not counted as issued."""
+
+
+class MissReason(StrEnum):
+    """Why a step with a previous step did not find its whole prefetched prefix cached (issue
+    27): every branch miss has exactly one of the miss reasons (:data:`MISS_REASONS`), and a
+    branch hit that did not pay in full one of :data:`SHORT_HIT_REASONS`. Each is recorded
+    where the decision was made (the choice, admission, the guardrail, the live request)."""
+
+    NOT_PREDICTED = "not_predicted"
+    """The true next was below the candidates considered (``cause``: ``below`` the policy's
+    cut, ``unranked`` by the predictor, ``no_prompt``: seen not to read a prompt, nothing to
+    prefetch); ``rank`` and ``p`` say where it stood."""
+    PRICED_OUT = "priced_out"
+    """Ranked, but refused by the spend rule: ``p`` below ``price / (1 + price)``."""
+    DROPPED = "dropped"
+    """Chosen, but refused by admission or the step's budget (``cause``: ``rate``,
+    ``in_flight``, ``tokens`` or ``step_budget``)."""
+    GUARDRAIL = "guardrail"
+    """The guardrail held it back (``cause``: ``paused``, or ``cautious``: the normal limits
+    would have sent it)."""
+    FAILED = "failed"
+    """Sent, but the engine failed the prefill."""
+    OVERTAKEN = "overtaken"
+    """The next request came before the step's speculation was sent (speculation deferred to
+    an LLM call that never came; the gateway still rendering the prompt)."""
+    OFF = "off"
+    """Speculation was off (``enabled=False``, the gateway without a renderer)."""
+    LATE = "late"
+    """A hit not done when the live request came (``cause``: ``running``; ``stopped``:
+    stopped before it finished): ``missing_tokens`` of its prefix were not found cached."""
+    PREFIX_MISMATCH = "prefix_mismatch"
+    """A hit whose prefetched ids were not a prefix of the live ids: ``token`` is the first
+    index that diverged, ``message`` the prompt's message it fell in (``cause``: ``head`` for
+    the system text and tools, ``message``, or ``step`` for the step's own text)."""
+
+
+#: The reasons of a branch miss (the node was not prefetched during the previous step).
+MISS_REASONS = frozenset(MissReason) - {MissReason.LATE, MissReason.PREFIX_MISMATCH}
+#: The reasons of a branch hit that did not find its whole prefetched prefix cached.
+SHORT_HIT_REASONS = frozenset({MissReason.LATE, MissReason.PREFIX_MISMATCH})
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A step's :class:`MissReason` and its details (``None``: not known for this reason)."""
+
+    reason: MissReason
+    cause: str | None = None
+    p: float | None = None
+    """The target's probability in the ranking that refused it."""
+    price: float | None = None
+    """The price per wasted token the spend rule charged it (``priced_out``)."""
+    rank: int | None = None
+    """The target's rank in that ranking (0: the most likely)."""
+    token: int | None = None
+    """``prefix_mismatch``: the first token index where the prefetched ids diverged."""
+    message: int | None = None
+    """``prefix_mismatch``: the index, in the prompt's messages, of the one it fell in."""
+    missing_tokens: int | None = None
+    """``late`` / ``prefix_mismatch``: prefetched tokens the live request did not find cached."""

@@ -36,8 +36,9 @@ in a ``cache_salt`` of its own (``bench-<nonce>-<mode>``); the gateway renders w
 template no tool calls). A request the SDK raises for is counted (``client_errors``).
 
 Per layout: TTFT mean/p50/p95 of both modes and gateway/direct ratios; prompt tokens the
-upstream found cached; the learner's branch hit rate, acceptance, wasted tokens and
-prefetches issued over the measured conversations; the gateway's own time per request (all
+upstream found cached; the learner's branch hit rate, acceptance, wasted tokens, prefetches
+issued and miss reasons (``miss_reasons``: the misses and short hits by reason) over the measured
+conversations; the gateway's own time per request (all
 requests, warm-up included). Then the overhead figure (:mod:`benchmarks.gateway_overhead`):
 zero-cost fake upstreams, direct vs the gateway without hooks vs with the learner; ``--overhead``
 measures only that.
@@ -107,7 +108,14 @@ GOALS = {"subagent": 0.6, "shared": 1.02}
 #: Goal of issue 24 (the gateway in front of vLLM): branch hit rate, with no client error.
 HIT_GOAL = 0.8
 #: The counters of the learner's stats that are differenced over the measured conversations.
-_COUNTS = ("branch_steps", "branch_hits", "prefetches_issued", "prefetch_hits", "wasted_tokens")
+_COUNTS = (
+    "branch_steps",
+    "branch_hits",
+    "short_hits",
+    "prefetches_issued",
+    "prefetch_hits",
+    "wasted_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +190,10 @@ async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) 
         else None,
         "acceptance_ratio": d["prefetch_hits"] / issued if issued else None,
         "hit_cached_fraction": after.get("hit_cached_fraction"),
+        "miss_reasons": {  # over the measured conversations: misses and short hits by reason
+            k: n - int((before.get("miss_reasons") or {}).get(k, 0))
+            for k, n in (after.get("miss_reasons") or {}).items()
+        },
         "gateway_overhead_p50_ms": None if overhead is None else overhead * 1000,
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -50,6 +50,9 @@ def render(report: dict[str, Any]) -> str:
                 f"  {label:<22}{_fmt(d[key], unit):>12}{_fmt(g[key], unit):>12}"
                 f"{_fmt(ratio, 'x') if ratio is not None else '':>9}"
             )
+        if g.get("miss_reasons") is not None:
+            shown = ", ".join(f"{k} {n}" for k, n in g["miss_reasons"].items() if n) or "none"
+            lines.append(f"  miss reasons (gateway): {shown}; short hits {g['short_hits']}")
         over = g["gateway_overhead_p50_ms"]
         verdict = "met" if lay["goal_met"] else "NOT met"
         lines.append(f"  gateway's own time per request (p50): {_num(over)} ms")

@@ -52,6 +52,7 @@ from agentwarm.chat import QWEN2_5, Message
 from agentwarm.engines.base import Completion, GenerateParams, StreamChunk
 from agentwarm.engines.tokenizers import PRESET_TOKENIZERS, load_tokenizer
 from agentwarm.errors import ConfigError
+from agentwarm.runtime import RunResult, summarize
 from agentwarm.runtime.prefetch.hints import scanner_for
 from agentwarm.runtime.workflow import Workflow
 from agentwarm.stats.definitions import percentile
@@ -63,6 +64,16 @@ KINDS = ("tool_call", "text")
 _ASSISTANT = "<|im_start|>assistant\n"
 _END_TURN = "<|im_end|>"
 _KEY = "hint_lead"
+#: The runs' summary keys the report carries.
+_RUN_KEYS = (
+    "steps",
+    "branch_steps",
+    "branch_hits",
+    "branch_hit_rate",
+    "acceptance_ratio",
+    "short_hits",
+    "miss_reasons",
+)
 
 
 @dataclass(slots=True)
@@ -220,6 +231,7 @@ async def measure(
         for k in KINDS
     }
     mismatches = 0
+    results: list[RunResult] = []
 
     async def one(conv: Conversation) -> None:
         nonlocal mismatches
@@ -229,6 +241,7 @@ async def measure(
             result = await session.run(
                 "", engine=engine, policy=PrefetchPolicy(), state={_KEY: script}
             )
+        results.append(result)
         for k, step in enumerate(result.steps):
             turn = streams.get(k)
             if turn is None:
@@ -260,6 +273,8 @@ async def measure(
         "tool_ms": tool_ms,
         "wall_s": round(time.perf_counter() - started, 2),
         "replay_mismatches": mismatches,
+        # The runs' own figures (issue 27): branch hits and why the other steps missed.
+        "runs": {k: summarize(results)[k] for k in _RUN_KEYS} if results else None,
     }
     for kind, row in rows.items():
         report[kind] = {
@@ -294,6 +309,14 @@ def print_report(report: dict[str, Any], out: Any = sys.stdout) -> None:
             f"{kind:<10} {r['steps']:>6} {r['hinted']:>7} {r['right']:>6}  "
             f"{_fmt(r['lead_ms'], '.0f'):>22}  {_fmt(r['lead_tokens'], '.1f'):>20}  "
             f"{_fmt(r['lead_share'], '.2f')}",
+            file=out,
+        )
+    runs = report.get("runs")
+    if runs:
+        shown = ", ".join(f"{k} {n}" for k, n in runs["miss_reasons"].items() if n) or "none"
+        print(
+            f"runs: branch hit {runs['branch_hits']}/{runs['branch_steps']}, acceptance "
+            f"{runs['acceptance_ratio']}; miss reasons: {shown} ({runs['short_hits']} short hits)",
             file=out,
         )
 

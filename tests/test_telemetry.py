@@ -14,6 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from agentwarm import START
 from agentwarm import telemetry as tm
+from agentwarm._spec import MissReason
 from agentwarm.errors import ConfigError
 from agentwarm.runtime import PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.telemetry import attributes, instrumentation, jsonl, names, setup
@@ -51,16 +52,38 @@ def test_attribute_keys_are_pinned() -> None:
         "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS": "gen_ai.usage.cache_read.input_tokens",
     }
     own = [v for k, v in vars(names).items() if k.startswith("AW_")]
-    assert len(own) == 23
+    assert len(own) == 32
     assert all(v.startswith("agentwarm.") for v in own)
+    assert sorted(v for v in own if v.startswith("agentwarm.step.miss.")) == [
+        "agentwarm.step.miss.cause",
+        "agentwarm.step.miss.message",
+        "agentwarm.step.miss.missing_tokens",
+        "agentwarm.step.miss.p",
+        "agentwarm.step.miss.price",
+        "agentwarm.step.miss.rank",
+        "agentwarm.step.miss.reason",
+        "agentwarm.step.miss.token",
+    ]
     assert tm.AW_STEP_TTFT == "agentwarm.step.ttft_s"
     assert tm.AW_STEP_HINT_NODE == "agentwarm.step.hint_node"
     assert tm.AW_STEP_HINT_LEAD == "agentwarm.step.hint_lead_s"
     assert tm.AW_PREFILL_OUTCOME == "agentwarm.prefill.outcome"
+    assert tm.AW_STEP_DISK_CACHED_TOKENS == "agentwarm.step.disk_cached_tokens"
 
 
 def test_outcome_and_kind_values_are_pinned() -> None:
     # The strings of JSON output, trace files and metric attributes.
+    assert [str(r) for r in MissReason] == [
+        "not_predicted",
+        "priced_out",
+        "dropped",
+        "guardrail",
+        "failed",
+        "overtaken",
+        "off",
+        "late",
+        "prefix_mismatch",
+    ]
     assert [str(o) for o in PrefetchOutcome] == ["hit", "wasted", "cancelled", "failed", "dropped"]
     assert [str(k) for k in PrefetchKind] == [
         "speculative",

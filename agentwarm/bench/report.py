@@ -32,7 +32,12 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
   same steps in the same order, so the steps pair up; each pair's TTFT difference is put under
   agentwarm's outcome for that step (``hit``: its node was prefetched, ``miss``: not, ``none``:
   a run's first step) and summed over the pairs, divided by the number of pairs: the parts add
-  up to the difference of the two means (``total_s``). ``steps`` counts the pairs per outcome.
+  up to the difference of the two means (``total_s``). ``steps`` counts the pairs per outcome;
+  ``by_reason_s`` / ``reason_steps`` split the same sum by agentwarm's miss reason (``paid``: a
+  hit that found its whole prefix cached, ``first``: a run's first step).
+* ``miss_reasons`` (:class:`~agentwarm._spec.MissReason`): a mode's branch misses and short hits
+  (``short_hits``: hits that did not find their whole prefetched prefix cached) by reason; they
+  add up to the misses plus the short hits.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agentwarm._fmt import reasons
 from agentwarm.bench.modes import MODES, ModeRun
 from agentwarm.errors import ConfigError
 from agentwarm.runtime import summarize
@@ -109,6 +115,8 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         "wasted_tokens": s["wasted_tokens"],
         "acceptance_ratio": s["acceptance_ratio"] if s["prefetches_issued"] else None,
         "branch_hit_rate": s["branch_hit_rate"],
+        "short_hits": s["short_hits"],
+        "miss_reasons": s["miss_reasons"],
         "prefetches_issued": s["prefetches_issued"],
         "prefetch_hits": s["prefetch_hits"],
         "prefetch_requests": sum(p.requests for p in spec),
@@ -164,15 +172,22 @@ def gap_to_oracle(runs: dict[str, ModeRun]) -> dict[str, Any] | None:
         return None
     seconds: dict[str, float] = {}
     steps: Counter[str] = Counter()
+    by_reason: dict[str, float] = {}
+    reason_steps: Counter[str] = Counter()
     for mine, best in zip(a, o, strict=True):
         assert mine.ttft_s is not None and best.ttft_s is not None
         outcome = str(mine.outcome)
         seconds[outcome] = seconds.get(outcome, 0.0) + mine.ttft_s - best.ttft_s
         steps[outcome] += 1
+        why = str(mine.miss_reason or ("first" if not has_previous(mine) else "paid"))
+        by_reason[why] = by_reason.get(why, 0.0) + mine.ttft_s - best.ttft_s
+        reason_steps[why] += 1
     return {
         "total_s": sum(seconds.values()) / len(a),
         "by_outcome_s": {k: v / len(a) for k, v in sorted(seconds.items())},
         "steps": dict(sorted(steps.items())),
+        "by_reason_s": {k: v / len(a) for k, v in sorted(by_reason.items())},
+        "reason_steps": dict(sorted(reason_steps.items())),
     }
 
 
@@ -304,6 +319,18 @@ class BenchReport:
             )
             console.print(
                 f"agentwarm − oracle mean TTFT {gap['total_s'] * 1000:+.0f} ms, from {parts}",
+                highlight=False,
+            )
+            why = ", ".join(
+                f"{k} ({gap['reason_steps'][k]}) {v * 1000:+.0f} ms"
+                for k, v in gap["by_reason_s"].items()
+            )
+            console.print(f"  by miss reason: {why}", highlight=False)
+        if "agentwarm" in self.modes:
+            a = self.modes["agentwarm"]
+            console.print(
+                f"agentwarm miss reasons: {reasons(a['miss_reasons'])} "
+                f"({a['short_hits']} short hits among them)",
                 highlight=False,
             )
         if self.noise_note:

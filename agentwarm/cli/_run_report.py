@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentwarm._fmt import NA, ms, pct, plural
+from agentwarm._fmt import NA, ms, pct, plural, reasons
 from agentwarm.errors import AgentwarmError, EngineError, EngineUnavailable
 from agentwarm.runtime import RunResult, StepOutcome, summarize
 from agentwarm.runtime.node_call import SYNC_THREAD_PREFIX
@@ -97,6 +97,8 @@ def render(
         )
         if summary["prefetches_dropped"]:
             parts.append(f"{summary['prefetches_dropped']} dropped by admission")
+        if summary["branch_steps"]:
+            parts.append(f"miss reasons: {reasons(summary['miss_reasons'])}")
     parts.append(
         f"cached {summary['cached_tokens']}/{summary['prompt_tokens']} tok "
         f"({pct(summary['cached_tokens'] / prompt if prompt else None)})"

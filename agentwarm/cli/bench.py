@@ -17,9 +17,10 @@ from agentwarm.bench import LAYOUTS, MODES, BenchConfig, profile, run_bench
 from agentwarm.bench.report import BenchReport, require_matplotlib
 from agentwarm.cli._errors import cli_errors
 from agentwarm.engines.base import Engine
-from agentwarm.engines.registry import EMBEDDED_KINDS, open_engine
+from agentwarm.engines.registry import EMBEDDED_KINDS, disk_tier_options, open_engine
 from agentwarm.errors import ConfigError
 from agentwarm.redact import redact_credentials
+from agentwarm.server.engine_options import KvDirOption, KvDiskGbOption
 
 __all__ = ("bench", "register")
 
@@ -110,6 +111,8 @@ def bench(
             "--dtype", help="Local engine: float32 | bfloat16 | float16 (default: float32)."
         ),
     ] = None,
+    kv_dir: KvDirOption = None,
+    kv_disk_gb: KvDiskGbOption = None,
     episodes: Annotated[
         int | None, typer.Option("--episodes", "-n", min=1, help="Test episodes to replay.")
     ] = None,
@@ -174,6 +177,7 @@ def bench(
             chunk_size=chunk_size,
             device=device,
             dtype=dtype,
+            kv=(kv_dir, kv_disk_gb),
             as_json=as_json,
             plot=plot,
             changes=dict(
@@ -205,10 +209,12 @@ def _bench(
     chunk_size: int | None,
     device: str | None,
     dtype: str | None,
+    kv: tuple[Path | None, float | None],
     as_json: bool,
     plot: Path | None,
     changes: dict[str, Any],
 ) -> None:
+    kv_dir, kv_bytes = disk_tier_options(*kv, engine=engine)
     prof = profile(profile_name)
     if plot is not None:
         require_matplotlib()
@@ -218,7 +224,13 @@ def _bench(
 
     async def factory() -> Engine:
         return await open_engine(
-            engine, model_name, chunk_size=chunk_size, device=device, dtype=dtype
+            engine,
+            model_name,
+            chunk_size=chunk_size,
+            device=device,
+            dtype=dtype,
+            kv_dir=kv_dir,
+            kv_disk_bytes=kv_bytes,
         )
 
     label = engine if engine == "fake" else f"{engine}:{model_name}"

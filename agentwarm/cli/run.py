@@ -18,7 +18,7 @@ from agentwarm import _jsonfile
 from agentwarm import telemetry as tm
 from agentwarm.cli._errors import cli_errors
 from agentwarm.cli._run_report import Failure, interrupted, render, report_failures
-from agentwarm.engines.registry import open_engine
+from agentwarm.engines.registry import disk_tier_options, open_engine
 from agentwarm.errors import (
     ConfigError,
     EngineError,
@@ -28,7 +28,8 @@ from agentwarm.errors import (
 )
 from agentwarm.graphs import check_timeout
 from agentwarm.runtime import PrefetchPolicy, RunResult, Workflow, load_workflow, summarize
-from agentwarm.stats import hint_figures
+from agentwarm.server.engine_options import KvDirOption, KvDiskGbOption
+from agentwarm.stats import disk_cached_tokens, hint_figures
 
 __all__ = ("register", "run")
 
@@ -106,6 +107,7 @@ async def _run_all(
     model: str,
     device: str | None,
     dtype: str | None,
+    tier: tuple[Path | None, int | None],
     policy: PrefetchPolicy,
     state_dir: Path,
     progress: Progress | None,
@@ -117,7 +119,9 @@ async def _run_all(
     timing out, the engine refusing a prompt) is recorded and the batch goes on; an engine that
     is gone stops it."""
     try:
-        engine = await open_engine(engine_spec, model, device=device, dtype=dtype)
+        engine = await open_engine(
+            engine_spec, model, device=device, dtype=dtype, kv_dir=tier[0], kv_disk_bytes=tier[1]
+        )
     except EngineError as exc:  # the engine named by --engine cannot be used: the user's fix
         raise ConfigError(str(exc)) from exc
     async with engine:
@@ -179,6 +183,8 @@ def run(
             "float32).",
         ),
     ] = None,
+    kv_dir: KvDirOption = None,
+    kv_disk_gb: KvDiskGbOption = None,
     no_prefetch: Annotated[
         bool, typer.Option("--no-prefetch", help="Reactive baseline: no speculation.")
     ] = False,
@@ -222,6 +228,7 @@ def run(
                 model,
                 device,
                 dtype,
+                (kv_dir, kv_disk_gb),
                 no_prefetch,
                 top_n,
                 step_timeout,
@@ -245,6 +252,7 @@ def _run(
     model: str,
     device: str | None,
     dtype: str | None,
+    kv: tuple[Path | None, float | None],
     no_prefetch: bool,
     top_n: int | None,
     step_timeout: float | None,
@@ -254,6 +262,7 @@ def _run(
     as_json: bool,
     debug: bool,
 ) -> None:
+    tier = disk_tier_options(*kv, engine=engine)
     workflow = load_workflow(target)
     if step_timeout is not None:
         workflow.step_timeout_s = _step_timeout(step_timeout)
@@ -289,6 +298,7 @@ def _run(
                     model=model,
                     device=device,
                     dtype=dtype,
+                    tier=tier,
                     policy=policy,
                     state_dir=sdir,
                     progress=progress,
@@ -307,6 +317,8 @@ def _run(
         # The mid-decode hint figures, as `agentwarm stats --json` reads them from the traces.
         steps = [st for r in results for st in r.steps]
         summary.update(hint_figures(steps, next_of=lambda st: st.next).to_dict())
+        if (disk := disk_cached_tokens(steps)) is not None:  # as agentwarm stats gives it
+            summary["disk_cached_tokens"] = disk
         summary["paths"] = [r.path for r in results]
         summary["per_run_branch_hit_rate"] = [r.summary()["branch_hit_rate"] for r in results]
         summary["failed_runs"] = [f.to_dict() for f in failed]

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agentwarm._fmt import NA, ms, pct, plural
+from agentwarm._fmt import NA, ms, pct, plural, reasons
 from agentwarm.cli._errors import cli_errors
 from agentwarm.errors import ConfigError
 from agentwarm.stats import Problem, TraceData, TraceStats, compute_stats, read_traces
@@ -79,11 +79,17 @@ def _summary(st: TraceStats) -> Text:
         out.append(f"  ({st.prefetch_hits}/{st.prefetches_issued} speculative prefills used)\n")
     else:
         out.append(f"acceptance ratio  {NA}  (no speculative prefills)\n")
+    if st.branch_steps:
+        out.append(f"miss reasons      {reasons(st.miss_reasons)}")
+        out.append(f"  ({st.short_hits} of them hits not found whole in the cache)\n", "dim")
     if st.prefetches_dropped:
         out.append(f"dropped           {st.prefetches_dropped}")
         out.append("  (speculative prefills refused by admission: over rate or budget)\n", "dim")
     out.append(f"wasted tokens     {st.wasted_tokens}\n")
-    out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens\n")
+    out.append(f"cached tokens     {st.cached_tokens}/{st.prompt_tokens} prompt tokens")
+    if st.disk_cached_tokens is not None:
+        out.append(f", {st.disk_cached_tokens} of them loaded from the disk tier")
+    out.append("\n")
     out.append(f"TTFT p50 / p95    {ms(st.ttft_p50_s)} / {ms(st.ttft_p95_s)} ms\n")
     if st.ttft_saved_s is None:
         out.append("TTFT saved (est.) n/a")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, final
 from opentelemetry.trace import SpanKind
 
 from agentwarm.engines.types import (
+    CACHED_BY_SOURCE,
     DEFAULT_MAX_CONTEXT,
     Completion,
     EngineStats,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from agentwarm.chat import ChatTemplate
 
 __all__ = (
+    "CACHED_BY_SOURCE",
     "DEFAULT_MAX_CONTEXT",
     "Completion",
     "Engine",

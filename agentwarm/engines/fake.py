@@ -222,11 +222,11 @@ class FakeEngine(Engine):
             cached_tokens=self.cache.total_tokens,
             capacity_tokens=self.cache.max_tokens,
             evicted_tokens=self.cache.evicted_tokens,
-            hit_tokens=sched.hit_tokens,
-            prompt_tokens=sched.prompt_tokens,
-            computed_tokens=sched.computed_tokens,
-            requests=sched.requests,
-            aborted=sched.aborted,
+            hit_tokens=sched.traffic.hit_tokens,
+            prompt_tokens=sched.traffic.prompt_tokens,
+            computed_tokens=sched.traffic.computed_tokens,
+            requests=sched.traffic.requests,
+            aborted=sched.traffic.aborted,
         )
 
     async def flush_cache(self) -> None:

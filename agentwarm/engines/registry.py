@@ -14,6 +14,11 @@ variables ``AGENTWARM_DEVICE`` and ``AGENTWARM_DTYPE`` when set (else ``cpu``, `
 that every command that builds one (``run``, ``bench``, ``serve``) can be put on a GPU alike
 (``benchmarks/gpu.sh`` does).
 
+The local engine's disk tier (``--kv-dir DIR [--kv-disk-gb N]``: KV evicted from the radix
+cache, and what is still cached at a clean stop, stored under DIR and loaded back, across
+restarts; see ``docs/tiered-kv.md``) is checked by :func:`disk_tier_options`: DIR must be a
+directory or creatable (it is created with its parents), N a positive number of GiB.
+
 Engine modules are imported on first use, so that naming ``fake`` or a URL pulls in neither torch
 nor transformers.
 """
@@ -21,6 +26,7 @@ nor transformers.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -34,8 +40,10 @@ __all__ = (
     "DEVICE_ENV",
     "DTYPE_ENV",
     "EMBEDDED_KINDS",
+    "GIB",
     "VLLM_PREFIX",
     "build_engine",
+    "disk_tier_options",
     "open_engine",
     "server_kind",
 )
@@ -48,6 +56,8 @@ DTYPE_ENV = "AGENTWARM_DTYPE"
 EMBEDDED_KINDS = ("local", "fake")
 #: ``--engine vllm:URL`` names a vLLM server.
 VLLM_PREFIX = "vllm:"
+#: ``--kv-disk-gb N`` counts GiB of this many bytes.
+GIB = 1 << 30
 
 
 def build_engine(
@@ -61,14 +71,18 @@ def build_engine(
     model_name: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    kv_dir: str | Path | None = None,
+    kv_disk_bytes: int | None = None,
 ) -> Engine:
     """The engine ``kind`` names: ``local`` (``model`` = a preset name or a checkpoint directory,
-    on ``device`` in ``dtype``) or ``fake`` (named ``model_name``, default ``fake-{model}``; the
+    on ``device`` in ``dtype``, with a disk tier under ``kv_dir`` of at most ``kv_disk_bytes``
+    when ``kv_dir`` is given) or ``fake`` (named ``model_name``, default ``fake-{model}``; the
     ``seconds_per_*`` options are its costs). An option left ``None`` keeps the engine's
     default. Call it inside the event loop. Raises :class:`~agentwarm.errors.ConfigError` for
-    any other ``kind``, or for ``device``/``dtype`` given to an engine other than ``local``."""
+    any other ``kind``, for ``device``/``dtype``/``kv_dir`` given to an engine other than
+    ``local``, or for a ``kv_dir``/``kv_disk_bytes`` :func:`disk_tier_options` refuses."""
     if kind != "local":
-        _local_only(device=device, dtype=dtype)
+        _local_only(device=device, dtype=dtype, kv_dir=kv_dir, kv_disk_gb=kv_disk_bytes)
     if kind == "fake":
         from agentwarm.engines.fake import FakeEngine
 
@@ -82,6 +96,7 @@ def build_engine(
             )
         )
     if kind == "local":
+        tier_dir = _check_kv_dir(kv_dir, kv_disk_bytes)  # before torch is imported
         from agentwarm.engines.local import LocalEngine
 
         return LocalEngine(
@@ -91,6 +106,8 @@ def build_engine(
                 max_cached_tokens=max_cached_tokens,
                 device=device or os.environ.get(DEVICE_ENV) or None,
                 dtype=dtype or os.environ.get(DTYPE_ENV) or None,
+                kv_dir=tier_dir,
+                kv_disk_bytes=kv_disk_bytes,
             ),
         )
     raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
@@ -103,9 +120,12 @@ async def open_engine(
     chunk_size: int | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    kv_dir: str | Path | None = None,
+    kv_disk_bytes: int | None = None,
 ) -> Engine:
     """The engine of ``--engine spec --model model``: ``local`` (with ``chunk_size``, on
-    ``device`` in ``dtype``: ``--device``/``--dtype``, which no other engine takes), ``fake``
+    ``device`` in ``dtype``, its disk tier under ``kv_dir`` within ``kv_disk_bytes``:
+    ``--device``/``--dtype``/``--kv-dir``/``--kv-disk-gb``, which no other engine takes), ``fake``
     (its defaults: it ignores ``model`` and ``chunk_size``) or one or more comma-separated
     ``http(s)://`` URLs of SGLang servers / ``agentwarm serve`` (several: a
     :class:`~agentwarm.engines.routing.MultiWorkerEngine`), or ``vllm:URL`` (one vLLM server).
@@ -115,9 +135,15 @@ async def open_engine(
     none of these or a malformed URL."""
     if spec == "local":
         return build_engine(
-            "local", model=model, chunk_size=chunk_size or None, device=device, dtype=dtype
+            "local",
+            model=model,
+            chunk_size=chunk_size or None,
+            device=device,
+            dtype=dtype,
+            kv_dir=kv_dir,
+            kv_disk_bytes=kv_disk_bytes,
         )
-    _local_only(device=device, dtype=dtype)
+    _local_only(device=device, dtype=dtype, kv_dir=kv_dir, kv_disk_gb=kv_disk_bytes)
     if spec == "fake":
         return build_engine("fake", model_name="fake")
     model = resolve_model(model)  # smollm2: the directory scripts/setup_vllm.sh built
@@ -211,9 +237,62 @@ async def server_kind(url: str, timeout_s: float = 10.0) -> str | None:
     )
 
 
-def _local_only(**options: str | None) -> None:
-    """Refuse the local engine's placement options (``--device``, ``--dtype``) elsewhere."""
-    given = [f"--{name}" for name, value in options.items() if value is not None]
+def disk_tier_options(
+    kv_dir: str | Path | None, kv_disk_gb: float | None, *, engine: str = "local"
+) -> tuple[Path | None, int | None]:
+    """``--kv-dir DIR [--kv-disk-gb N]`` of ``--engine engine`` as ``(directory, budget in
+    bytes)``: DIR created (with its parents) when missing, N GiB as bytes (``None``: the tier's
+    default budget). Raises :class:`~agentwarm.errors.ConfigError`, naming the flag and the fix,
+    for either given to an engine other than ``local``, N not a positive finite number, N
+    without DIR, or a DIR that is not a directory and cannot be made one."""
+    if engine != "local":
+        _local_only(kv_dir=kv_dir, kv_disk_gb=kv_disk_gb)
+    budget: int | None = None
+    if kv_disk_gb is not None:
+        if not (math.isfinite(kv_disk_gb) and kv_disk_gb > 0) or int(kv_disk_gb * GIB) < 1:
+            raise ConfigError(
+                f"--kv-disk-gb {kv_disk_gb:g}: the disk tier's budget must be a positive number "
+                "of GiB, e.g. --kv-disk-gb 16 (leave it out for the default)"
+            )
+        budget = int(kv_disk_gb * GIB)
+    return _check_kv_dir(kv_dir, budget), budget
+
+
+def _check_kv_dir(kv_dir: str | Path | None, kv_disk_bytes: int | None) -> Path | None:
+    """``kv_dir`` as an existing directory (made when missing), or ConfigError."""
+    if kv_dir is None:
+        if kv_disk_bytes is not None:
+            raise ConfigError(
+                "--kv-disk-gb sets the budget of the disk tier, which --kv-dir DIR turns on: "
+                "give --kv-dir too"
+            )
+        return None
+    if kv_disk_bytes is not None and kv_disk_bytes < 1:
+        raise ConfigError(
+            f"kv_disk_bytes={kv_disk_bytes}: the disk tier's budget must be at least one byte"
+        )
+    if str(kv_dir).strip() == "":
+        raise ConfigError("--kv-dir is empty: give the directory of the disk tier")
+    path = Path(kv_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"--kv-dir {path}: it is not a directory; give a directory for the disk tier (it "
+            "is created when missing)"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--kv-dir {path}: cannot create it ({exc.strerror or exc}); give a directory "
+            "that exists or can be created"
+        ) from None
+    return path
+
+
+def _local_only(**options: object) -> None:
+    """Refuse the local engine's options (``--device``, ``--dtype``, ``--kv-dir``,
+    ``--kv-disk-gb``) elsewhere."""
+    given = [f"--{name.replace('_', '-')}" for name, value in options.items() if value is not None]
     if given:
         raise ConfigError(
             f"{' and '.join(given)}: for the embedded torch engine only (--engine local)"

@@ -333,6 +333,7 @@ class MultiWorkerEngine(Engine):
         if not parts:
             raise EngineUnavailable(f"no worker answered stats: {self.down_workers()}")
         capacities = [p.capacity_tokens for p in parts]
+        tiers = [p.tier_enabled for p in parts if p.tier_enabled is not None]
         return EngineStats(
             cached_tokens=sum(p.cached_tokens for p in parts),
             capacity_tokens=None if None in capacities else sum(c or 0 for c in capacities),
@@ -342,6 +343,12 @@ class MultiWorkerEngine(Engine):
             computed_tokens=sum(p.computed_tokens for p in parts),
             requests=sum(p.requests for p in parts),
             aborted=sum(p.aborted for p in parts),
+            disk_hit_tokens=sum(p.disk_hit_tokens for p in parts),
+            tier_bytes_written=sum(p.tier_bytes_written for p in parts),
+            tier_bytes_read=sum(p.tier_bytes_read for p in parts),
+            tier_loads_refused=sum(p.tier_loads_refused for p in parts),
+            tier_stored_bytes=sum(p.tier_stored_bytes for p in parts),
+            tier_enabled=all(tiers) if tiers else None,  # None: no worker has a tier
         )
 
     async def flush_cache(self) -> None:

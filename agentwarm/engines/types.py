@@ -6,6 +6,7 @@ re-exports every name, so engine authors import them from either.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from agentwarm.errors import ContextLengthExceeded
 
 __all__ = (
+    "CACHED_BY_SOURCE",
     "DEFAULT_MAX_CONTEXT",
     "Completion",
     "EngineStats",
@@ -42,13 +44,24 @@ class PrefillStatus(StrEnum):
     ABORTED = "aborted"
 
 
+CACHED_BY_SOURCE = ("device", "disk")
+"""The keys of ``cached_tokens_by_source`` (:class:`PrefillResult`, :class:`Completion`): an
+engine with a lower KV tier reports both, summing to ``cached_tokens``; one without leaves the
+mapping empty. ``"device"``: found in the engine's own prefix cache (the radix tree, in GPU
+memory on CUDA, in host RAM on CPU, where it is the host tier itself); ``"disk"``: loaded from
+the disk tier (``LocalEngine(kv_dir=...)``). They are the ``device`` and ``disk`` sources of
+vLLM's ``PromptTokenStats.cached_tokens_by_source`` (metric
+``vllm:prompt_tokens_cached_by_source_total{source}``, whose other sources, ``host``, ``p2p``
+and ``external_unspecified``, agentwarm's engines do not have)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PrefillResult:
     """Result of a prefill-only request.
 
-    ``cached_tokens`` were already in the cache when the request was scheduled;
-    ``computed_tokens`` were computed by this request (fewer than ``prompt_tokens - cached_tokens``
-    when it was aborted part-way).
+    ``cached_tokens`` were already in the cache when the request was scheduled (or loaded from
+    a lower tier, see :data:`CACHED_BY_SOURCE`); ``computed_tokens`` were computed by this
+    request (fewer than ``prompt_tokens - cached_tokens`` when it was aborted part-way).
     """
 
     rid: str
@@ -56,6 +69,8 @@ class PrefillResult:
     cached_tokens: int
     computed_tokens: int
     status: PrefillStatus
+    #: ``cached_tokens`` split by the tier they came from (:data:`CACHED_BY_SOURCE`).
+    cached_tokens_by_source: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -84,6 +99,8 @@ class Completion:
     rid: str = ""
     e2e_s: float = 0.0
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: ``cached_tokens`` split by the tier they came from (:data:`CACHED_BY_SOURCE`).
+    cached_tokens_by_source: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def computed_tokens(self) -> int:
@@ -107,6 +124,13 @@ class EngineStats:
     ``prompt_tokens`` counts the prompts of finished requests; an aborted request adds only the
     prompt tokens processed before the abort (its ``hit_tokens`` + ``computed_tokens``), so that
     ``hit_tokens / prompt_tokens`` stays the hit rate of the work done.
+
+    The ``tier_*`` fields describe a disk KV tier (``LocalEngine(kv_dir=...)``); engines without
+    one keep the defaults. ``disk_hit_tokens`` are the part of ``hit_tokens`` loaded from disk;
+    ``tier_bytes_written`` / ``tier_bytes_read`` / ``tier_stored_bytes`` are the tier's own
+    counters since it was opened (a flush does not zero them); ``tier_loads_refused`` counts
+    loads refused because recomputing was measured to be faster; ``tier_enabled`` is ``None``
+    without a tier, ``False`` once the tier turned itself off (disk full, unwritable).
     """
 
     cached_tokens: int

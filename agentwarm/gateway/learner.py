@@ -39,18 +39,18 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentwarm._spec import END, START, PrefetchOutcome
+from agentwarm._spec import END, START, Miss, MissReason, PrefetchOutcome
 from agentwarm.chat import Message
-from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.autosave import SAVE_INTERVAL_S, Autosave
 from agentwarm.gateway.heads import Head
 from agentwarm.gateway.live import LiveSession
-from agentwarm.gateway.prompts import Renderer, classify, expected_conversation
+from agentwarm.gateway.prompts import Renderer, classify
 from agentwarm.gateway.records import Prefetch, Step, figures
+from agentwarm.gateway.sending import Sending
 from agentwarm.gateway.sessions import SessionTracker, chain, extend
 from agentwarm.gateway.state import GatewayState, load_state
 from agentwarm.gateway.tenants import TenantModels
@@ -60,10 +60,10 @@ from agentwarm.gateway.upstream import Upstream
 from agentwarm.gateway.warm import prefill_warm
 from agentwarm.predictors import Predictor, StepContext, default_predictor
 from agentwarm.predictors.context import observe_with, predict_with
-from agentwarm.runtime.admission import Admission, Limits, Ticket
+from agentwarm.runtime.admission import Admission, Limits
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
-from agentwarm.runtime.prefetch.spend import choose
+from agentwarm.runtime.prefetch.misses import judged_choice
 
 __all__ = ("WINDOW", "Learner", "Prefetch", "Step")
 
@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 
 #: How many recent steps and prefetches the figures cover.
 WINDOW = 10_000
-#: Ids shorter than this are not worth a request.
-MIN_PREFETCH_TOKENS = 16
 #: How much of a session's path the predictor is given.
 MAX_PATH = 32
 #: How many sessions' paths and pending prefetches are kept (least recently used dropped).
@@ -82,7 +80,7 @@ MAX_SESSIONS = 10_000
 SESSION_IDLE_S = 120.0
 
 
-class Learner:
+class Learner(Sending):
     """Learns nodes, sessions and transitions from traffic; prefetches (module docstring)."""
 
     def __init__(
@@ -153,7 +151,10 @@ class Learner:
         hit = session.pending.pop(head.name, None)
         if hit is not None and hit.outcome is None:
             self._resolve(hit, PrefetchOutcome.HIT)
-            step.prefetched, step.prefetched_tokens = True, hit.tokens
+            step.hit(hit, points)
+        elif session.path:
+            enabled = self.renderer is not None and self.policy.enabled
+            step.miss = session.miss_of(head.name, hit, enabled=enabled)
         self._settle(session)
         # Scored as the runtime scores a step (rules.prefetched_branch): on the targets chosen
         # to prefetch, else (paused: so recovery is seen) on the first predictions.
@@ -188,9 +189,8 @@ class Learner:
         step = self._live.pop(call.rid, None)
         sid = call.session or ""
         if step is not None:
-            step.ttft_s = reply.ttft_s
-            step.prompt_tokens, step.cached_tokens = reply.prompt_tokens, reply.cached_tokens
-            self.tracer.step(sid, step, duration_s=reply.duration_s)
+            step.answered(reply.ttft_s, reply.prompt_tokens, reply.cached_tokens)
+            self.tracer.step(sid, step, duration_s=reply.duration_s, miss=step.miss)
         session = self._sessions.get(sid)
         if session is None or reply.status != 200 or not reply.message:
             return
@@ -275,90 +275,16 @@ class Learner:
         predictions = self._ranked(session)
         session.predicted(predictions)
         limits = self.guardrail.limits(self.policy)
+        chosen, judged = judged_choice(predictions, policy=self.policy, limits=limits)
+        session.misses.update(judged)
         if limits.paused:
             return
-        chosen = choose(predictions, policy=self.policy, limits=limits)
+        for rank, name, p in chosen:  # sent unless the next request comes first
+            session.misses[name] = Miss(MissReason.OVERTAKEN, cause="rendering", p=p, rank=rank)
         sending = self._send_chosen(sid, session, chosen, session.conversation, session.reply)
         task = asyncio.get_running_loop().create_task(sending)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _send_chosen(
-        self, sid: str, session: LiveSession, chosen: list[Any], last: list[Any], reply: Any
-    ) -> None:
-        """Render the chosen prompts off the event loop and send them, unless the session moved
-        on meanwhile (its next request came: ``last`` is not its conversation; or it ended)."""
-        sent: set[tuple[int, ...]] = set()
-        for _, name, p in chosen:
-            head = self.heads.get(name)
-            if head is None or self.renderer is None:
-                continue
-            shape = self.models.of(session.tenant.tag).shapes.rule(name)
-            conversation = expected_conversation(shape, last, reply)
-            ids = await self.renderer.prompt_ids(head, conversation)
-            if session.conversation is not last or self._sessions.get(sid) is not session:
-                return
-            key = tuple(ids)
-            if len(ids) < MIN_PREFETCH_TOKENS:
-                continue
-            session.prefetched.add(name)  # chosen: scored, admitted or not
-            if key in sent:
-                continue
-            sent.add(key)
-            old = session.pending.get(name)
-            if old is not None and old.tokens >= len(ids):
-                continue  # what it sent already covers this (same prefix, or longer)
-            self._send(sid, session, name, ids, p, replace=old)
-
-    def _send(
-        self,
-        sid: str,
-        session: LiveSession,
-        name: str,
-        ids: list[int],
-        p: float,
-        *,
-        replace: Prefetch | None,
-    ) -> None:
-        rid = new_rid()
-        worker = self.upstream.worker_for(sid, rid)
-        source = session.path[-1] if session.path else None
-        pf = Prefetch(name, rid, worker, len(ids), session=sid, source=source)
-        pf.namespace = session.tenant.namespace
-        self._prefetches.append(pf)
-        ticket = self.admission.try_acquire(value=p, tokens=len(ids))
-        if ticket is None:
-            pf.ended = True
-            self._resolve(pf, PrefetchOutcome.DROPPED)
-            return
-        if replace is not None and replace.outcome is None:
-            self._resolve(replace, PrefetchOutcome.CANCELLED)  # superseded by a longer prefix
-        session.pending[name] = pf
-        pf.task = asyncio.get_running_loop().create_task(self._prefill(pf, ids, sid, ticket))
-        self._tasks.add(pf.task)
-        pf.task.add_done_callback(self._tasks.discard)
-
-    async def _prefill(self, pf: Prefetch, ids: Sequence[int], sid: str, ticket: Ticket) -> None:
-        try:
-            result = await self.upstream.prefill(
-                pf.worker, ids, rid=pf.rid, session=sid, namespace=pf.namespace
-            )
-            pf.computed_tokens = result.computed_tokens
-            if result.status is PrefillStatus.ABORTED and pf.outcome is None:
-                pf.outcome = PrefetchOutcome.CANCELLED
-        except asyncio.CancelledError:
-            if pf.outcome is None:
-                pf.outcome = PrefetchOutcome.CANCELLED
-            raise
-        except Exception as exc:  # a failed prefetch never affects a live request
-            log.warning("prefetch %s of node %s failed: %s", pf.rid, pf.node, exc)
-            if pf.outcome is None:
-                pf.outcome = PrefetchOutcome.FAILED
-        finally:
-            self.admission.release(ticket)
-            pf.ended = True
-            if pf.outcome is not None:
-                self.tracer.prefetch(pf.session, pf, source=pf.source)
 
     def _settle(self, session: LiveSession) -> None:
         """The session's next request came (or the gateway stops): the pending prefetches lost."""

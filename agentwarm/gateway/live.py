@@ -3,13 +3,17 @@
 (:meth:`LiveSession.branch`): as the runtime scores a run's step
 (:func:`~agentwarm.runtime.prefetch.rules.prefetched_branch`), on the targets the session chose
 to prefetch after its last reply (whether admission let them through or not), else, when it
-prefetched nothing (speculation paused, or nothing worth it), on its first predictions."""
+prefetched nothing (speculation paused, or nothing worth it), on its first predictions. Why a
+session's next request missed (:meth:`LiveSession.miss_of`) is read from the verdicts its
+rankings and sends left (``misses``), as the runtime's :mod:`~agentwarm.runtime.prefetch.misses`
+does."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agentwarm._spec import Miss, MissReason, PrefetchOutcome
 from agentwarm.chat import Message
 from agentwarm.gateway.records import Prefetch
 from agentwarm.gateway.tenants import DEFAULT_TENANT, Tenant
@@ -39,9 +43,13 @@ class LiveSession:
     prefetched: set[str] = field(default_factory=set)
     context: StepContext | None = None  # what they read: the next transition learns with it
     last: float = 0.0
+    #: Why each target ranked since the last request was not prefetched (the latest verdict).
+    misses: dict[str, Miss] = field(default_factory=dict)
+    ranked: bool = False  # whether the next nodes were ranked since the last request
 
     def predicted(self, predictions: Sequence[tuple[str, float]]) -> None:
         """A ranking of the next nodes was made; the step's first one is kept."""
+        self.ranked = True
         if not self.first_predictions:
             self.first_predictions = list(predictions)
 
@@ -50,7 +58,27 @@ class LiveSession:
         scores it (module docstring); ``None``: nothing to score (no prediction made)."""
         return prefetched_branch(self.prefetched, self.first_predictions, [node], policy)
 
+    def miss_of(self, node: str, pending: Prefetch | None, *, enabled: bool) -> Miss:
+        """Why the session's next request, to ``node``, was no branch hit (``pending``: its
+        prefetch, which ended without reaching the cache)."""
+        if not enabled:
+            return Miss(MissReason.OFF)
+        if pending is not None:
+            return Miss(MissReason.FAILED, cause=str(pending.outcome or PrefetchOutcome.FAILED))
+        verdict = self.misses.get(node)
+        if verdict is not None:
+            return verdict
+        if not self.ranked:  # it came before the last reply was ranked
+            return Miss(MissReason.OVERTAKEN, cause="unranked")
+        ranked = [name for name, _ in self.first_predictions]
+        if node not in ranked:
+            return Miss(MissReason.NOT_PREDICTED, cause="unranked")
+        rank = ranked.index(node)
+        p = self.first_predictions[rank][1]
+        return Miss(MissReason.NOT_PREDICTED, cause="below", p=p, rank=rank)
+
     def next_step(self) -> None:
         """The next request came: what was predicted and chosen for it is spent."""
         self.reply, self.after_reply, self.tool = None, None, None
         self.first_predictions, self.prefetched, self.context = [], set(), None
+        self.misses, self.ranked = {}, False

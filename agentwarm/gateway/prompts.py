@@ -58,6 +58,7 @@ __all__ = (
     "Shapes",
     "classify",
     "expected_conversation",
+    "expected_points",
     "load_renderer",
 )
 
@@ -100,6 +101,16 @@ def expected_conversation(
         return [*last, reply] if reply is not None else list(last)
     if shape is Shape.SAME:
         return list(last)
+    return []
+
+
+def expected_points(shape: Shape, points: Sequence[str], after_reply: str | None) -> list[str]:
+    """The :func:`~agentwarm.gateway.sessions.chain` of :func:`expected_conversation`, from
+    the last request's (``points``) and the digest its reply adds (``after_reply``)."""
+    if shape is Shape.CONTINUE:
+        return [*points, after_reply] if after_reply is not None else list(points)
+    if shape is Shape.SAME:
+        return list(points)
     return []
 
 

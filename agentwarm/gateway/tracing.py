@@ -50,7 +50,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from agentwarm import telemetry as tm
-from agentwarm._spec import START, PrefetchKind, PrefetchOutcome
+from agentwarm._spec import START, Miss, PrefetchKind, PrefetchOutcome
 from agentwarm.stats.definitions import StepLike, has_previous, step_outcome
 
 __all__ = ("ENDED_RUNS", "GATEWAY_WORKFLOW", "GatewayTracer", "PrefetchLike")
@@ -123,12 +123,14 @@ class GatewayTracer:
         run = self._runs.get(session)
         return run.run_id if run is not None else None
 
-    def step(self, session: str, step: StepLike, *, duration_s: float = 0.0) -> None:
+    def step(
+        self, session: str, step: StepLike, *, duration_s: float = 0.0, miss: Miss | None = None
+    ) -> None:
         """A step of ``session`` whose reply is complete: its span, a child of the session's
         run, ending now and starting ``duration_s`` earlier (the request's time in the
-        gateway). A step from ``__start__`` opens a run unless one is open; another step joins
-        the open run, else the one that ended last for the session (its reply completed after
-        the session ended), else opens one."""
+        gateway), with its ``miss`` reason. A step from ``__start__`` opens a run unless one
+        is open; another step joins the open run, else the one that ended last for the session
+        (its reply completed after the session ended), else opens one."""
         end = self._clock_ns()
         start = end - max(0, round(duration_s * _NS))
         run = self._runs.get(session)
@@ -153,6 +155,7 @@ class GatewayTracer:
                     ttft_s=step.ttft_s,
                     prompt_tokens=step.prompt_tokens,
                     cached_tokens=step.cached_tokens,
+                    miss=miss,
                 ),
             },
             start_time=start,

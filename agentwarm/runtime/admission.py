@@ -93,6 +93,8 @@ class Admission:
         self.dropped = 0
         self.preempted = 0
         self.peak_in_flight = 0
+        #: What refused the latest request refused: ``rate``, ``in_flight`` or ``tokens``.
+        self.refusal: str | None = None
 
     def bind(self, limits: Limits) -> RunAdmission:
         """This admission, questioned with ``limits`` (one run's view)."""
@@ -125,12 +127,14 @@ class Admission:
         size: false when the rate is spent or every slot is held by a request worth as much.
         A false answer is counted as a drop (the caller drops the request without rendering
         its prompt); a true one reserves nothing: :meth:`try_acquire` decides."""
+        self.refusal = "rate"
         if self._refilled(limits, self._clock()) >= 1.0:
             if self._slots < limits.max_in_flight:
                 return True
             victim = self._lowest()
             if victim is not None and victim.value < value:
                 return True
+            self.refusal = "in_flight"
         self.dropped += 1
         return False
 
@@ -152,6 +156,7 @@ class Admission:
         self._stamp = now
         if self._level < 1.0:
             self.dropped += 1
+            self.refusal = "rate"
             return None
         victim: Ticket | None = None
         if replace is not None and not (replace.released or replace.replaced):
@@ -164,6 +169,7 @@ class Admission:
                 or not self._fits(tokens - victim.tokens, limits)
             ):
                 self.dropped += 1
+                self.refusal = "in_flight" if self._slots >= limits.max_in_flight else "tokens"
                 return None
             self.preempted += 1
         self._level -= 1.0
@@ -254,6 +260,10 @@ class RunAdmission:
     @property
     def preempted(self) -> int:
         return self.admission.preempted
+
+    @property
+    def refusal(self) -> str | None:
+        return self.admission.refusal
 
 
 def _set(done: asyncio.Future[None]) -> None:

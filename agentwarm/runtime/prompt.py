@@ -161,6 +161,35 @@ class PromptRenderer:
             return head.ids + self._encode(full[len(head.text) :])
         return self._by_message(spec, messages, add_generation_prompt=True)[1]
 
+    def boundary(self, spec: NodeSpec, token: int) -> tuple[str | None, int | None]:
+        """Where token index ``token`` of ``spec``'s prompt falls, as ``(segment, message)``:
+        ``head`` (its system text and tools), ``message`` (``message``: its index among the
+        prompt's messages, the system one first) or ``step`` (the step's own text and the
+        generation prompt). For templates other than :data:`~agentwarm.chat.FALLBACK` (which
+        renders each message on its own), the first rendering of ``[system] + transcript[:k]``
+        longer than ``token`` names it: a rendering per message, for a rare event (a prefix
+        mismatch); ``(None, None)`` when the template cannot render them."""
+        first = 1 if spec.system else 0
+        if self._local:
+            at = len(self._static_ids(spec))
+            if token < at:
+                return "head", 0 if spec.system else None
+            self._transcript_ids()  # every message encoded
+            for index, ids in enumerate(self._message_ids):
+                at += len(ids)
+                if token < at:
+                    return "message", first + index
+            return "step", None
+        self._sync_messages()
+        messages = [*system_messages(spec.system), *self._messages]
+        try:
+            for k in range(1, len(messages) + 1):
+                if token < len(self._encode(self._render(spec, messages[:k]))):
+                    return ("head" if k == first else "message"), k - 1
+        except ConfigError:
+            return None, None
+        return "step", None
+
     # --- FALLBACK: every message rendered on its own ----------------------------------------
 
     def _static_ids(self, spec: NodeSpec) -> list[int]:

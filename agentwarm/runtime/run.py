@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
@@ -27,9 +27,11 @@ from agentwarm.errors import (
     WorkflowError,
 )
 from agentwarm.runtime.admission import Limits, admission_for
+from agentwarm.runtime.branches import Arrival, Mark, all_or_cancel, merge
 from agentwarm.runtime.context import Context
 from agentwarm.runtime.node_call import call_node, next_nodes, timed_out
 from agentwarm.runtime.prefetch import Prefetcher, StepScope
+from agentwarm.runtime.prefetch.misses import HitProbe, marks_of
 from agentwarm.runtime.prompt import PromptRenderer
 from agentwarm.runtime.records import StepRecord
 from agentwarm.runtime.result import RunResult
@@ -46,43 +48,6 @@ if TYPE_CHECKING:
 __all__ = ("Run",)
 
 log = logging.getLogger(__name__)
-
-
-class _Arrival(NamedTuple):
-    """Where a branch is about to run ``node``: its path so far, previous node, and whether the
-    previous step prefetched ``node``."""
-
-    node: str
-    path: tuple[str, ...]
-    from_node: str
-    prefetched: bool
-
-
-def _merge(arrivals: list[list[_Arrival]]) -> list[_Arrival]:
-    """Arrivals of a fan-out's branches, one per join node (in branch order). A join counts as
-    prefetched when any branch arriving at it prefetched it."""
-    by_join: dict[str, list[_Arrival]] = {}
-    for branch in arrivals:
-        for a in branch:
-            by_join.setdefault(a.node, []).append(a)
-    return [
-        group[0]._replace(prefetched=any(a.prefetched for a in group)) for group in by_join.values()
-    ]
-
-
-async def _all_or_cancel(coros: list[Coroutine[Any, Any, list[_Arrival]]]) -> list[list[_Arrival]]:
-    """Run branches concurrently; if one fails, cancel the others and raise its exception."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for t in tasks:
-            if t.done() and not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
-        return [t.result() for t in tasks]
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Run:
@@ -158,7 +123,7 @@ class Run:
             attributes=tm.workflow_attributes(self.workflow.name, self.run_id),
         ) as span:
             try:
-                await self._branch(_Arrival(self.workflow.entry, (), START, False), in_fanout=False)
+                await self._branch(Arrival(self.workflow.entry, (), START), in_fanout=False)
             finally:
                 await self.prefetcher.aclose()
             span.set_attributes(
@@ -176,51 +141,50 @@ class Run:
         )
 
     async def _branch(
-        self, at: _Arrival, *, in_fanout: bool, run_join: bool = False
-    ) -> list[_Arrival]:
+        self, at: Arrival, *, in_fanout: bool, run_join: bool = False
+    ) -> list[Arrival]:
         """Run steps from ``at.node`` until END. Inside a fan-out, stop before a join node and
         return the arrival there (``run_join`` runs the starting join instead)."""
-        node, path, from_node, prefetched = at
         force = run_join
-        while node != END:
-            if in_fanout and self.workflow.nodes[node].join and not force:
-                return [_Arrival(node, path, from_node, prefetched)]
+        while at.node != END:
+            if in_fanout and self.workflow.nodes[at.node].join and not force:
+                return [at]
             force = False
-            nexts, hits, path = await self._step(node, path, from_node, prefetched)
+            nexts, marks, path = await self._step(at)
             if len(nexts) == 1:
-                node, from_node, prefetched = nexts[0], path[-1], nexts[0] in hits
+                at = Arrival(nexts[0], path, path[-1], marks.get(nexts[0]))
                 continue
             branches = [
-                self._branch(_Arrival(n, path, path[-1], n in hits), in_fanout=True)
+                self._branch(Arrival(n, path, path[-1], marks.get(n)), in_fanout=True)
                 for n in nexts
                 if n != END
             ]
-            merged = _merge(await _all_or_cancel(branches))
+            merged = merge(await all_or_cancel(branches))
             if not merged:
                 return []
             if len(merged) > 1:
                 runs = [self._branch(m, in_fanout=in_fanout, run_join=True) for m in merged]
-                return [a for arrivals in await _all_or_cancel(runs) for a in arrivals]
-            node, path, from_node, prefetched = merged[0]
+                return [a for arrivals in await all_or_cancel(runs) for a in arrivals]
+            at = merged[0]
             force = True
         return []
 
-    async def _step(
-        self, node: str, path: tuple[str, ...], from_node: str, prefetched: bool
-    ) -> tuple[list[str], set[str], tuple[str, ...]]:
+    async def _step(self, at: Arrival) -> tuple[list[str], dict[str, Mark], tuple[str, ...]]:
+        node, from_node, prefetched = at.node, at.from_node, at.prefetched
         if len(self.steps) >= self.workflow.max_steps:
             raise MaxStepsExceeded(
                 f"Workflow '{self.workflow.name}' ran {len(self.steps)} steps without reaching "
                 f"END (last node '{node}'); raise compile(max_steps=...) or fix the loop"
             )
         spec = self.workflow.nodes[node]
-        path = (*path, node)
+        path = (*at.path, node)
         record = StepRecord(
             index=len(self.steps),
             node=node,
             from_node=from_node,
             path=list(path),
             prefetched=prefetched,
+            miss=None if isinstance(at.mark, HitProbe) else at.mark,
         )
         self.steps.append(record)
         self.path.append(node)
@@ -230,6 +194,7 @@ class Run:
             path=path,
             state=self.state,
             prefetch_records=record.prefetches,
+            probe=at.mark if isinstance(at.mark, HitProbe) else None,
         )
         t0 = time.perf_counter()
         with self.tracer.start_as_current_span(
@@ -285,6 +250,7 @@ class Run:
                 raise
             record.next = list(nexts)
             hits = self.prefetcher.resolve(scope, nexts)
+            marks: dict[str, Mark] = {**marks_of(scope, nexts, hits, enabled=self.policy.enabled)}
             for n in nexts:
                 self.prefetcher.warm(scope, n)
             record.duration_s = (end := time.perf_counter()) - t0
@@ -295,12 +261,14 @@ class Run:
                     ttft_s=record.ttft_s,
                     prompt_tokens=record.prompt_tokens,
                     cached_tokens=record.cached_tokens,
+                    disk_cached_tokens=record.disk_cached_tokens,
                     hint_node=record.hint_node,
                     hint_lead_s=record.hint_lead_s,
                     hint_gain_s=record.hint_gain_s,
+                    miss=record.miss,
                 )
             )
-        return nexts, hits, path
+        return nexts, marks, path
 
     # --- the port a step's Context uses (RunPort) ---------------------------------------------
 
@@ -326,6 +294,8 @@ class Run:
         if first:
             scope.lead_s = t0 - scope.started
         ids = self.renderer.prompt_ids(spec, text)
+        if first and scope.probe is not None:
+            scope.probe.at_live()  # was the hit's prefetch done as its live request came?
         await self.prefetcher.before_live(spec.name)
         tokens = max_tokens if max_tokens is not None else spec.max_tokens
         with self.tracer.start_as_current_span(
@@ -375,8 +345,10 @@ class Run:
                 span.set_attribute(tm.GEN_AI_OUTPUT_MESSAGES, completion.text)
         if first:
             step_record.ttft_s = ttft
-            step_record.prompt_tokens = completion.prompt_tokens
-            step_record.cached_tokens = completion.cached_tokens
+            step_record.note_tokens(completion)
+            if scope.probe is not None:
+                where = functools.partial(self.renderer.boundary, spec)
+                step_record.miss = scope.probe.short(ids, completion.cached_tokens, where)
             self.instruments.record_ttft(self.workflow.name, ttft, step_record.outcome)
         content = completion.text
         family = self.renderer.tool_call_family

@@ -117,7 +117,12 @@ def parse_chat_request(body: Any) -> ChatRequest:
 
 
 def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    """OpenAI's ``usage``, with the prompt tokens found in the prefix cache."""
+    """OpenAI's ``usage``, with the prompt tokens found in the prefix cache (those loaded from
+    the disk tier included). Not split by tier: vLLM's ``PromptTokenUsageInfo`` has no field
+    for it (only ``cached_tokens``; vLLM splits by source on ``/metrics`` alone,
+    ``vllm:prompt_tokens_cached_by_source_total{source}``), so the split is on ``/generate``'s
+    ``meta_info.cached_tokens_details`` (SGLang's) and on ``/metrics``
+    (``agentwarm:prompt_tokens_cached_by_source_total{source}``)."""
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

@@ -11,8 +11,9 @@ from pathlib import Path
 import typer
 
 from agentwarm.engines.base import Engine
-from agentwarm.engines.registry import build_engine
+from agentwarm.engines.registry import build_engine, disk_tier_options
 from agentwarm.server.app import ServerConfig
+from agentwarm.server.engine_options import KvDirOption, KvDiskGbOption
 from agentwarm.server.run import run_server
 from agentwarm.warmup.options import (
     KeepWarmOption,
@@ -84,6 +85,8 @@ def serve(
     fake_seconds_per_output_token: float | None = typer.Option(
         None, "--fake-seconds-per-output-token", min=0.0, help="--engine fake: cost per output."
     ),
+    kv_dir: KvDirOption = None,
+    kv_disk_gb: KvDiskGbOption = None,
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
     warmup: WarmupOption = None,
     ready_file: ReadyFileOption = None,
@@ -98,6 +101,7 @@ def serve(
     settings = load_warmup(  # a bad plan or option fails before binding
         warmup, ready_file=ready_file, keep_warm_s=keep_warm, rewarm_below=rewarm_below
     )
+    tier_dir, tier_bytes = disk_tier_options(kv_dir, kv_disk_gb, engine=engine)  # and --kv-dir
 
     def make_engine() -> Engine:
         return build_engine(
@@ -109,6 +113,8 @@ def serve(
             seconds_per_output_token=fake_seconds_per_output_token,
             device=device,
             dtype=dtype,
+            kv_dir=tier_dir,
+            kv_disk_bytes=tier_bytes,
         )
 
     def ready(url: str) -> None:

@@ -27,6 +27,26 @@ rate of the work done however many requests are aborted. Names:
 ``agentwarm:evicted_tokens_total``     tokens the engine evicted
 =====================================  ====================================================
 
+With a disk tier (``agentwarm serve --kv-dir DIR``; absent otherwise), counted by the server
+as requests finish, vLLM's split of the cached tokens under agentwarm's prefix (vLLM's
+``vllm:prompt_tokens_cached_by_source_total{source}``; its ``device`` and ``disk`` sources):
+
+``agentwarm:prompt_tokens_cached_by_source_total{source="device"}`` (from the radix cache) and
+``{source="disk"}`` (loaded from the disk tier), absent until a request reported a split;
+
+and from the engine's :class:`~agentwarm.engines.base.EngineStats`:
+
+=========================================  ================================================
+``agentwarm:disk_hit_tokens_total``        prompt tokens loaded from disk (part of the
+                                           engine's hit tokens)
+``agentwarm:tier_bytes_written_total``     bytes written to the tier
+``agentwarm:tier_bytes_read_total``        bytes read from the tier
+``agentwarm:tier_loads_refused_total``     loads refused: measured slower than recomputing
+``agentwarm:tier_stored_bytes``            bytes stored in the tier now
+``agentwarm:tier_enabled``                 1 while the tier is on, 0 once it turned itself
+                                           off (disk full, unwritable)
+=========================================  ================================================
+
 The text is written by ``prometheus_client`` (:func:`~prometheus_client.generate_latest`, the
 0.0.4 text format its own exporters answer by default) from the families :class:`ServerMetrics`
 yields as a custom collector, so that the series are exactly SGLang's names above (a
@@ -35,7 +55,7 @@ yields as a custom collector, so that the series are exactly SGLang's names abov
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -43,7 +63,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agentwarm.engines.base import EngineStats
-from agentwarm.engines.sglang.protocol import MetricName
+from agentwarm.engines.sglang.metric_names import MetricName
 
 __all__ = ("ServerMetrics",)
 
@@ -73,6 +93,8 @@ class ServerMetrics:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        #: Cached tokens by source, of the requests whose engine split them (vLLM's counter).
+        self.cached_by_source: dict[str, int] = {}
         self._scrape: tuple[EngineStats | None, int] = (None, 0)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -86,7 +108,10 @@ class ServerMetrics:
         generation_tokens: int,
         aborted: bool,
         prefill_only: bool,
+        cached_by_source: Mapping[str, int] | None = None,
     ) -> None:
+        for source, tokens in (cached_by_source or {}).items():
+            self.cached_by_source[source] = self.cached_by_source.get(source, 0) + tokens
         c = self.counters
         c[MetricName.REQUESTS] += 1
         c[MetricName.PROMPT_TOKENS] += cached_tokens + computed_tokens if aborted else prompt_tokens
@@ -110,6 +135,15 @@ class ServerMetrics:
         stats, running = self._scrape
         for name, doc in _COUNTERS.items():
             yield self._family(CounterMetricFamily, name, doc, self.counters[name])
+        if self.cached_by_source:
+            family = CounterMetricFamily(
+                MetricName.CACHED_BY_SOURCE,
+                "Number of cached prompt tokens by source.",
+                labels=(*_LABELS, "source"),
+            )
+            for source, tokens in sorted(self.cached_by_source.items()):
+                family.add_metric([self.model_name, source], float(tokens))
+            yield family
         yield self._family(
             GaugeMetricFamily,
             MetricName.RUNNING_REQUESTS,
@@ -146,6 +180,33 @@ class ServerMetrics:
             MetricName.EVICTED_TOKENS,
             "Tokens evicted from the prefix cache.",
             stats.evicted_tokens,
+        )
+        if stats.tier_enabled is not None:
+            yield from self._tier(stats)
+
+    def _tier(self, stats: EngineStats) -> Iterator[Metric]:
+        """The disk tier's families (an engine that has one)."""
+        for name, doc, value in (
+            (MetricName.DISK_HIT_TOKENS, "Prompt tokens loaded from the disk tier.",
+             stats.disk_hit_tokens),
+            (MetricName.TIER_BYTES_WRITTEN, "Bytes written to the disk tier.",
+             stats.tier_bytes_written),
+            (MetricName.TIER_BYTES_READ, "Bytes read from the disk tier.", stats.tier_bytes_read),
+            (MetricName.TIER_LOADS_REFUSED, "Disk-tier loads refused as slower than recomputing.",
+             stats.tier_loads_refused),
+        ):  # fmt: skip
+            yield self._family(CounterMetricFamily, name, doc, value)
+        yield self._family(
+            GaugeMetricFamily,
+            MetricName.TIER_STORED_BYTES,
+            "Bytes stored in the disk tier.",
+            stats.tier_stored_bytes,
+        )
+        yield self._family(
+            GaugeMetricFamily,
+            MetricName.TIER_ENABLED,
+            "1 while the disk tier is on, 0 once it turned itself off.",
+            int(bool(stats.tier_enabled)),
         )
 
     def _family(

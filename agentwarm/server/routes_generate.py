@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from agentwarm.engines.base import Completion, GenerateParams, PrefillStatus, Priority, new_rid
 from agentwarm.engines.namespace import check_field, namespace_key
+from agentwarm.engines.sglang.cache_details import cached_tokens_details
 from agentwarm.engines.sglang.protocol import (
     ROUTING_KEY_HEADER,
     FinishReason,
@@ -193,9 +194,11 @@ class GenerateRoutes:
                 finish = _ABORT if aborted else FinishReason(type="length", length=0)
                 prompt, cached = result.prompt_tokens, result.cached_tokens
                 computed = result.computed_tokens
-                self._record(job, prompt, cached, computed, 0, aborted)
+                by_source = result.cached_tokens_by_source
+                self._record(job, prompt, cached, computed, 0, aborted, by_source)
                 e2e = time.perf_counter() - start
-                return _reply(job.rid, "", [], prompt, cached, computed, finish, e2e)
+                reply = _reply(job.rid, "", [], prompt, cached, computed, finish, e2e)
+                return _with_sources(reply, result.cached_tokens_by_source)
             completion = await self.engine.generate_with(job.ids, job.generate_params())
         except RequestAborted as exc:
             cached, computed = exc.cached_tokens, exc.computed_tokens
@@ -289,7 +292,14 @@ class GenerateRoutes:
                 task.cancel()
 
     def _record(
-        self, job: Job, prompt: int, cached: int, computed: int, generated: int, aborted: bool
+        self,
+        job: Job,
+        prompt: int,
+        cached: int,
+        computed: int,
+        generated: int,
+        aborted: bool,
+        by_source: Mapping[str, int] | None = None,
     ) -> None:
         if job.log_metrics:
             self.state.metrics.record(
@@ -299,6 +309,7 @@ class GenerateRoutes:
                 generation_tokens=generated,
                 aborted=aborted,
                 prefill_only=job.prefill_only,
+                cached_by_source=by_source,
             )
 
     def _record_completion(self, job: Job, completion: Completion) -> None:
@@ -310,6 +321,7 @@ class GenerateRoutes:
             completion.computed_tokens,
             len(completion.token_ids),
             aborted,
+            completion.cached_tokens_by_source,
         )
 
 
@@ -346,7 +358,7 @@ def _completion_reply(rid: str, completion: Completion, e2e: float) -> GenerateR
         finish = FinishReason(**_ABORT)
     else:
         finish = FinishReason(type="stop", matched=ids[-1] if ids else None)
-    return _reply(
+    reply = _reply(
         rid,
         completion.text,
         ids,
@@ -357,3 +369,13 @@ def _completion_reply(rid: str, completion: Completion, e2e: float) -> GenerateR
         e2e,
         completion.ttft_s,
     )
+    return _with_sources(reply, completion.cached_tokens_by_source)
+
+
+def _with_sources(reply: GenerateReply, by_source: Mapping[str, int]) -> GenerateReply:
+    """``reply`` with SGLang's ``meta_info.cached_tokens_details`` when the engine split its
+    cached tokens by tier (the disk tier's as ``storage``)."""
+    details = cached_tokens_details(by_source)
+    if details is not None:
+        reply["meta_info"]["cached_tokens_details"] = details
+    return reply

@@ -23,6 +23,7 @@ from agentwarm.stats.definitions import (
     Summary,
     acceptance_ratio,
     branch_hit_rate,
+    disk_cached_tokens,
     summarize_steps,
     wasted_tokens,
 )
@@ -58,6 +59,7 @@ __all__ = (
     "acceptance_ratio",
     "branch_hit_rate",
     "compute_stats",
+    "disk_cached_tokens",
     "hint_figures",
     "read_traces",
     "summarize_steps",

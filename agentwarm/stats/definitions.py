@@ -17,6 +17,13 @@ Definitions:
   prefetching off, or nothing speculated, so no step could be a hit and a rate says nothing).
 * **wasted tokens**: tokens computed by prefetches whose outcome is not ``hit`` (wasted,
   cancelled, failed, or never resolved).
+* A **miss reason** (:class:`~agentwarm._spec.MissReason`) is recorded on every step with a
+  previous step that was not a branch hit (one of :data:`~agentwarm._spec.MISS_REASONS`) and
+  on every branch hit that did not find its whole prefetched prefix cached, a *short hit*
+  (``late`` or ``prefix_mismatch``). **miss reasons** counts them per reason over the steps
+  with a previous step; they add up to the branch misses plus the short hits
+  (:func:`reasons_add_up`). A step read from a trace written before reasons were recorded
+  counts under ``unknown``.
 * TTFT mean and percentiles (p50, p95, inclusive method) are over the steps that report a TTFT
   (those that made an LLM call); ``None`` when none did.
 * **estimated TTFT saved** = Σ over hit steps with a TTFT of (mean TTFT of the same workflow
@@ -35,19 +42,32 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
-from agentwarm._spec import START, PrefetchKind, PrefetchOutcome, StepOutcome
+from agentwarm._spec import (
+    MISS_REASONS,
+    SHORT_HIT_REASONS,
+    START,
+    MissReason,
+    PrefetchKind,
+    PrefetchOutcome,
+    StepOutcome,
+)
 
 __all__ = (
     "SUMMARY_KEYS",
+    "UNKNOWN_REASON",
     "PrefillLike",
     "StepLike",
     "Summary",
     "acceptance_ratio",
     "anything_prefetched",
     "branch_hit_rate",
+    "disk_cached_tokens",
     "dropped",
     "has_previous",
+    "miss_reasons",
     "percentile",
+    "reasons_add_up",
+    "short_hits",
     "step_outcome",
     "summarize_steps",
     "ttft_saved",
@@ -71,6 +91,8 @@ class StepLike(Protocol):
     def prompt_tokens(self) -> int: ...
     @property
     def cached_tokens(self) -> int: ...
+    @property
+    def miss_reason(self) -> str | None: ...
 
 
 class PrefillLike(Protocol):
@@ -144,6 +166,47 @@ def wasted_tokens(prefills: Iterable[PrefillLike]) -> int:
     )
 
 
+#: The key of steps whose reason was not recorded (traces older than the reasons).
+UNKNOWN_REASON = "unknown"
+
+
+def miss_reasons(steps: Iterable[StepLike]) -> dict[str, int]:
+    """Steps with a previous step, counted by miss reason: every :class:`MissReason` (in its
+    order, 0 when none), then ``unknown`` (only when some miss has no recorded reason)."""
+    counts = dict.fromkeys(map(str, MissReason), 0)
+    for s in steps:
+        if not has_previous(s):
+            continue
+        if s.miss_reason is not None:
+            counts[str(s.miss_reason)] = counts.get(str(s.miss_reason), 0) + 1
+        elif not s.prefetched:
+            counts[UNKNOWN_REASON] = counts.get(UNKNOWN_REASON, 0) + 1
+    return counts
+
+
+def short_hits(steps: Iterable[StepLike]) -> int:
+    """Branch hits that did not find their whole prefetched prefix cached (a short-hit reason)."""
+    return sum(
+        1 for s in steps if has_previous(s) and s.prefetched and s.miss_reason in SHORT_HIT_REASONS
+    )
+
+
+def reasons_add_up(steps: Sequence[StepLike]) -> bool:
+    """The invariant of the reasons: each branch miss has one miss reason, each short hit one
+    short-hit reason, no other step has any, so the counts add up to misses + short hits."""
+    for s in steps:
+        reason = s.miss_reason
+        if not has_previous(s):
+            if reason is not None:
+                return False
+        elif (not s.prefetched and reason not in MISS_REASONS) or (
+            s.prefetched and reason is not None and reason not in SHORT_HIT_REASONS
+        ):
+            return False
+    misses = sum(1 for s in steps if has_previous(s) and not s.prefetched)
+    return sum(miss_reasons(steps).values()) == misses + short_hits(steps)
+
+
 def percentile(values: Sequence[float], q: int) -> float | None:
     """The ``q``-th percentile (1..99, inclusive method); ``None`` for no values."""
     if not values:
@@ -185,6 +248,10 @@ class Summary:
     branch_hits: int
     branch_hit_rate: float | None
     """``None`` without a step after a run's first, or without any prefetch (module docstring)."""
+    short_hits: int
+    """Branch hits that did not find their whole prefetched prefix cached."""
+    miss_reasons: dict[str, int]
+    """Branch misses and short hits by reason (:func:`miss_reasons`)."""
     acceptance_ratio: float | None
     """``None`` when no prefetch was issued."""
     prefetches_issued: int
@@ -229,6 +296,8 @@ def summarize_steps(
         branch_steps=len(with_prev),
         branch_hits=sum(1 for s in with_prev if s.prefetched),
         branch_hit_rate=branch_hit_rate(steps, spec),
+        short_hits=short_hits(steps),
+        miss_reasons=miss_reasons(steps),
         acceptance_ratio=acceptance_ratio(spec),
         prefetches_issued=sum(1 for p in spec if not dropped(p)),
         prefetches_dropped=sum(1 for p in spec if dropped(p)),
@@ -241,3 +310,11 @@ def summarize_steps(
         ttft_p95_s=percentile(ttfts, 95),
         ttft_saved_s=ttft_saved(steps, node_key),
     )
+
+
+def disk_cached_tokens(steps: Iterable[Any]) -> int | None:
+    """Of the steps' cached tokens, those their engine loaded from its disk tier (each step's
+    ``disk_cached_tokens``: ``runtime.records.StepRecord``, ``stats.traces.StepSpan``); ``None``
+    when no step says (an engine that does not split its cached tokens by source)."""
+    known = [s.disk_cached_tokens for s in steps if s.disk_cached_tokens is not None]
+    return sum(known) if known else None

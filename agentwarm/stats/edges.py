@@ -29,6 +29,7 @@ from agentwarm._spec import END, START, PrefetchKind
 from agentwarm.stats.definitions import (
     Summary,
     anything_prefetched,
+    disk_cached_tokens,
     summarize_steps,
     wasted_tokens,
 )
@@ -96,6 +97,9 @@ class TraceStats(Summary):
     workflows: list[str] = field(default_factory=list)
     warm_ups: list[WarmUpStats] = field(default_factory=list)
     hints: HintFigures = field(default_factory=HintFigures)
+    disk_cached_tokens: int | None = None
+    """Of ``cached_tokens``, those the engines loaded from their disk tier (``LocalEngine`` with
+    ``kv_dir``); ``None`` when no step span says (engines that do not split by source)."""
 
     def edge(self, from_node: str, to_node: str, workflow: str | None = None) -> EdgeStats | None:
         for e in self.edges:
@@ -105,13 +109,15 @@ class TraceStats(Summary):
 
     def to_dict(self) -> dict[str, Any]:
         """The summary's keys (the same as ``agentwarm run --json``'s), the hint keys
-        (:data:`~agentwarm.stats.hints.HINT_KEYS`), ``edges``, and ``warm_ups`` when the traces
-        hold any."""
+        (:data:`~agentwarm.stats.hints.HINT_KEYS`), ``edges``, ``warm_ups`` when the traces
+        hold any, and ``disk_cached_tokens`` when a step span carries it."""
         out = {
             **super().to_dict(),
             **self.hints.to_dict(),
             "edges": [e.to_dict() for e in self.edges],
         }
+        if self.disk_cached_tokens is not None:
+            out["disk_cached_tokens"] = self.disk_cached_tokens
         if self.warm_ups:
             out["warm_ups"] = [w.to_dict() for w in self.warm_ups]
         return out
@@ -208,4 +214,5 @@ def compute_stats(
         workflows=workflows,
         warm_ups=warm_ups,
         hints=hint_figures(steps, next_in_runs(steps)),
+        disk_cached_tokens=disk_cached_tokens(steps),
     )

@@ -17,7 +17,9 @@ how:
 * a TTFT that is not a finite number >= 0, a probability outside 0..1 (numbers or decimal
   strings);
 * a prefill kind or outcome that is not a :class:`~agentwarm._spec.PrefetchKind` /
-  :class:`~agentwarm._spec.PrefetchOutcome` value (the outcome may be absent);
+  :class:`~agentwarm._spec.PrefetchOutcome` value (the outcome may be absent), a step's miss
+  reason that is not a :class:`~agentwarm._spec.MissReason` value (it may be absent: a hit that
+  paid in full, a first step, or a trace older than the reasons);
 * a run's end steps that are not a list of step indices.
 
 Flags (``prefetched``, ``completed``) are true when the attribute is ``true`` or the string
@@ -40,7 +42,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from agentwarm._spec import WARM_UP_KINDS, PrefetchKind, PrefetchOutcome
+from agentwarm._spec import WARM_UP_KINDS, MissReason, PrefetchKind, PrefetchOutcome
 from agentwarm.telemetry import names as tn
 
 __all__ = (
@@ -158,6 +160,8 @@ Count = Annotated[int, BeforeValidator(lambda v: _count(v) or 0)]
 """A count or index in 0..MAX_COUNT; absent or null is 0."""
 Rank = Annotated[int | None, BeforeValidator(_count)]
 """A rank in 0..MAX_COUNT, or ``None``."""
+OptionalCount = Rank
+"""A count in 0..MAX_COUNT, or ``None`` (absent: not known)."""
 Seconds = Annotated[float | None, _number(math.inf)]
 """A duration: a finite number >= 0, or ``None``."""
 Probability = Annotated[float | None, _number(1 + _PROBABILITY_SLACK)]
@@ -208,9 +212,18 @@ class StepAttributes(SpanAttributes):
     ttft_s: Seconds = Field(None, validation_alias=tn.AW_STEP_TTFT)
     prompt_tokens: Count = Field(0, validation_alias=tn.AW_STEP_PROMPT_TOKENS)
     cached_tokens: Count = Field(0, validation_alias=tn.AW_STEP_CACHED_TOKENS)
+    disk_cached_tokens: OptionalCount = Field(None, validation_alias=tn.AW_STEP_DISK_CACHED_TOKENS)
     hint_node: OptionalName = Field(None, validation_alias=tn.AW_STEP_HINT_NODE)
     hint_lead_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_LEAD)
     hint_gain_s: Seconds = Field(None, validation_alias=tn.AW_STEP_HINT_GAIN)
+    miss_reason: MissReason | None = Field(None, validation_alias=tn.AW_STEP_MISS_REASON)
+    miss_cause: OptionalName = Field(None, validation_alias=tn.AW_STEP_MISS_CAUSE)
+    miss_p: Probability = Field(None, validation_alias=tn.AW_STEP_MISS_P)
+    miss_price: Seconds = Field(None, validation_alias=tn.AW_STEP_MISS_PRICE)
+    miss_rank: Rank = Field(None, validation_alias=tn.AW_STEP_MISS_RANK)
+    miss_token: Rank = Field(None, validation_alias=tn.AW_STEP_MISS_TOKEN)
+    miss_message: Rank = Field(None, validation_alias=tn.AW_STEP_MISS_MESSAGE)
+    missing_tokens: Rank = Field(None, validation_alias=tn.AW_STEP_MISS_MISSING_TOKENS)
 
 
 class PrefillAttributes(SpanAttributes):

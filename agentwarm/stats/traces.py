@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentwarm import _jsonfile
-from agentwarm._spec import PrefetchKind, PrefetchOutcome
+from agentwarm._spec import MissReason, PrefetchKind, PrefetchOutcome
 from agentwarm.errors import ConfigError
 from agentwarm.stats.trace_schema import (
     MAX_COUNT,
@@ -71,6 +71,17 @@ class StepSpan:
     hint_node: str | None = None
     hint_lead_s: float | None = None
     hint_gain_s: float | None = None
+    miss_reason: MissReason | None = None
+    """Why it missed, or (a hit) did not find its whole prefix cached; the details follow."""
+    miss_cause: str | None = None
+    miss_p: float | None = None
+    miss_price: float | None = None
+    miss_rank: int | None = None
+    miss_token: int | None = None
+    miss_message: int | None = None
+    missing_tokens: int | None = None
+    disk_cached_tokens: int | None = None
+    """Of ``cached_tokens``, those loaded from the engine's disk tier; None: not split."""
 
 
 @dataclass(frozen=True, slots=True)

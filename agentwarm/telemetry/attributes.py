@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from opentelemetry.util.types import AttributeValue
 
-from agentwarm._spec import PrefetchKind, StepOutcome
+from agentwarm._spec import Miss, PrefetchKind, StepOutcome
 from agentwarm.telemetry.names import (
     AW_PREFILL_KIND,
     AW_PREFILL_PROBABILITY,
@@ -23,11 +23,20 @@ from agentwarm.telemetry.names import (
     AW_RUN_END_STEPS,
     AW_RUN_ID,
     AW_STEP_CACHED_TOKENS,
+    AW_STEP_DISK_CACHED_TOKENS,
     AW_STEP_FROM,
     AW_STEP_HINT_GAIN,
     AW_STEP_HINT_LEAD,
     AW_STEP_HINT_NODE,
     AW_STEP_INDEX,
+    AW_STEP_MISS_CAUSE,
+    AW_STEP_MISS_MESSAGE,
+    AW_STEP_MISS_MISSING_TOKENS,
+    AW_STEP_MISS_P,
+    AW_STEP_MISS_PRICE,
+    AW_STEP_MISS_RANK,
+    AW_STEP_MISS_REASON,
+    AW_STEP_MISS_TOKEN,
     AW_STEP_NODE,
     AW_STEP_OUTCOME,
     AW_STEP_PREFETCHED,
@@ -56,6 +65,7 @@ __all__ = (
     "llm_request_attributes",
     "llm_response_attributes",
     "llm_span_name",
+    "miss_attributes",
     "prefill_attributes",
     "step_attributes",
     "step_result_attributes",
@@ -131,13 +141,19 @@ def step_result_attributes(
     hint_node: str | None = None,
     hint_lead_s: float | None = None,
     hint_gain_s: float | None = None,
+    miss: Miss | None = None,
+    disk_cached_tokens: int | None = None,
 ) -> dict[str, AttributeValue]:
     """Attributes of a step span known at its end; TTFT is left out when no LLM call was made,
-    the mid-decode hint, its lead and gain when the step had no hint."""
+    the mid-decode hint, its lead and gain when the step had no hint, the miss reason
+    (:func:`miss_attributes`) when it had none, the disk tier's share of the cached tokens when
+    the engine did not say."""
     attrs: dict[str, AttributeValue] = {
         AW_STEP_PROMPT_TOKENS: prompt_tokens,
         AW_STEP_CACHED_TOKENS: cached_tokens,
     }
+    if disk_cached_tokens is not None:
+        attrs[AW_STEP_DISK_CACHED_TOKENS] = disk_cached_tokens
     if ttft_s is not None:
         attrs[AW_STEP_TTFT] = ttft_s
     if hint_node is not None:
@@ -146,6 +162,30 @@ def step_result_attributes(
             attrs[AW_STEP_HINT_LEAD] = hint_lead_s
         if hint_gain_s is not None:
             attrs[AW_STEP_HINT_GAIN] = hint_gain_s
+    return attrs | miss_attributes(miss)
+
+
+#: The span attribute of each detail of a :class:`~agentwarm._spec.Miss`.
+_MISS_KEYS = (
+    ("cause", AW_STEP_MISS_CAUSE),
+    ("p", AW_STEP_MISS_P),
+    ("price", AW_STEP_MISS_PRICE),
+    ("rank", AW_STEP_MISS_RANK),
+    ("token", AW_STEP_MISS_TOKEN),
+    ("message", AW_STEP_MISS_MESSAGE),
+    ("missing_tokens", AW_STEP_MISS_MISSING_TOKENS),
+)
+
+
+def miss_attributes(miss: Miss | None) -> dict[str, AttributeValue]:
+    """A step's miss reason and the details it knows (none for ``None``: no miss)."""
+    if miss is None:
+        return {}
+    attrs: dict[str, AttributeValue] = {AW_STEP_MISS_REASON: str(miss.reason)}
+    for field, key in _MISS_KEYS:
+        value = getattr(miss, field)
+        if value is not None:
+            attrs[key] = value
     return attrs
 
 

@@ -25,11 +25,20 @@ __all__ = (
     "AW_RUN_END_STEPS",
     "AW_RUN_ID",
     "AW_STEP_CACHED_TOKENS",
+    "AW_STEP_DISK_CACHED_TOKENS",
     "AW_STEP_FROM",
     "AW_STEP_HINT_GAIN",
     "AW_STEP_HINT_LEAD",
     "AW_STEP_HINT_NODE",
     "AW_STEP_INDEX",
+    "AW_STEP_MISS_CAUSE",
+    "AW_STEP_MISS_MESSAGE",
+    "AW_STEP_MISS_MISSING_TOKENS",
+    "AW_STEP_MISS_P",
+    "AW_STEP_MISS_PRICE",
+    "AW_STEP_MISS_RANK",
+    "AW_STEP_MISS_REASON",
+    "AW_STEP_MISS_TOKEN",
     "AW_STEP_NODE",
     "AW_STEP_OUTCOME",
     "AW_STEP_PREFETCHED",
@@ -125,6 +134,9 @@ AW_STEP_PROMPT_TOKENS = "agentwarm.step.prompt_tokens"
 """Prompt tokens of the step's first LLM call."""
 AW_STEP_CACHED_TOKENS = "agentwarm.step.cached_tokens"
 """Prompt tokens of the step's first LLM call served from the prefix cache."""
+AW_STEP_DISK_CACHED_TOKENS = "agentwarm.step.disk_cached_tokens"
+"""Of :data:`AW_STEP_CACHED_TOKENS`, those the engine loaded from its disk tier (``LocalEngine``
+with ``kv_dir``); absent when the engine does not split its cached tokens by source."""
 AW_STEP_HINT_NODE = "agentwarm.step.hint_node"
 """The successor the step's streamed output named before the step ended (its mid-decode hint);
 absent when there was none."""
@@ -134,6 +146,24 @@ AW_STEP_HINT_LEAD = "agentwarm.step.hint_lead_s"
 AW_STEP_HINT_GAIN = "agentwarm.step.hint_gain_s"
 """Seconds from the mid-decode hint to the end of the LLM call whose output it read: the lead
 reading mid-decode gained over reading the finished output; set with :data:`AW_STEP_HINT_NODE`."""
+AW_STEP_MISS_REASON = "agentwarm.step.miss.reason"
+"""A :class:`~agentwarm._spec.MissReason`: why a step with a previous step missed, or why a
+branch hit did not find its whole prefetched prefix cached; absent otherwise. The
+``agentwarm.step.miss.*`` attributes below are its details, each set when known."""
+AW_STEP_MISS_CAUSE = "agentwarm.step.miss.cause"
+"""The reason's finer cause (e.g. ``rate``, ``step_budget``, ``cautious``, ``running``)."""
+AW_STEP_MISS_P = "agentwarm.step.miss.p"
+"""The node's probability in the ranking that refused it."""
+AW_STEP_MISS_PRICE = "agentwarm.step.miss.price"
+"""``priced_out``: the price per wasted token the spend rule charged."""
+AW_STEP_MISS_RANK = "agentwarm.step.miss.rank"
+"""The node's rank in the ranking that refused it (0: the most likely)."""
+AW_STEP_MISS_TOKEN = "agentwarm.step.miss.token"
+"""``prefix_mismatch``: the first token index where the prefetched ids diverged."""
+AW_STEP_MISS_MESSAGE = "agentwarm.step.miss.message"
+"""``prefix_mismatch``: the index of the prompt's message that token fell in."""
+AW_STEP_MISS_MISSING_TOKENS = "agentwarm.step.miss.missing_tokens"
+"""``late`` / ``prefix_mismatch``: prefetched tokens the live request did not find cached."""
 AW_PREFILL_SOURCE = "agentwarm.prefill.source"
 """The node whose step issued the prefill."""
 AW_PREFILL_TARGET = "agentwarm.prefill.target"

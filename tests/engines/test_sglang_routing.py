@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
@@ -227,3 +228,41 @@ async def test_the_workers_chat_template_is_the_engines() -> None:
     assert engine.chat_template is QWEN2_5
     await engine.aclose()
     assert MultiWorkerEngine([FakeEngine()]).chat_template is None
+
+
+class WithTier(FakeEngine):
+    """A worker reporting disk-tier figures (as a LocalEngine with ``kv_dir`` does)."""
+
+    def __init__(self, enabled: bool) -> None:
+        super().__init__()
+        self.enabled = enabled
+
+    async def stats(self) -> EngineStats:
+        return dataclasses.replace(
+            await super().stats(),
+            disk_hit_tokens=5,
+            tier_bytes_written=7,
+            tier_bytes_read=11,
+            tier_loads_refused=1,
+            tier_stored_bytes=13,
+            tier_enabled=self.enabled,
+        )
+
+
+async def test_the_tier_figures_are_summed_over_the_workers() -> None:
+    mixed = MultiWorkerEngine({"a": WithTier(True), "b": WithTier(False), "c": FakeEngine()})
+    stats = await mixed.stats()
+    assert (
+        stats.disk_hit_tokens,
+        stats.tier_bytes_written,
+        stats.tier_bytes_read,
+        stats.tier_loads_refused,
+        stats.tier_stored_bytes,
+    ) == (10, 14, 22, 2, 26)
+    assert stats.tier_enabled is False  # one worker's tier turned itself off
+    on = MultiWorkerEngine({"a": WithTier(True), "c": FakeEngine()})
+    assert (await on.stats()).tier_enabled is True
+    plain = MultiWorkerEngine({"a": FakeEngine(), "b": FakeEngine()})
+    assert (await plain.stats()).tier_enabled is None
+    for engine in (mixed, on, plain):
+        await engine.aclose()

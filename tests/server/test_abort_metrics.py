@@ -176,7 +176,7 @@ async def test_a_stream_closed_early_leaves_no_unretrieved_future(
         assert first.completion is None
         await stream.aclose()  # type: ignore[attr-defined]
         await until(
-            lambda: engine.scheduler.aborted == 1,
+            lambda: engine.scheduler.traffic.aborted == 1,
             what="the abort to reach the engine",
             timeout_s=30.0,
         )

@@ -25,7 +25,8 @@ import hashlib
 import re
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import islice
 
 from agentwarm.engines.namespace import TAG_CHARS, tenant_tag
 
@@ -36,6 +37,7 @@ __all__ = (
     "fingerprint_dir",
     "is_block_name",
     "is_namespace_dir",
+    "iter_block_keys",
     "namespace_dir",
 )
 
@@ -49,23 +51,25 @@ _BLOCK_NAME = re.compile(rf"[0-9a-f]{{{KEY_CHARS}}}{re.escape(BLOCK_SUFFIX)}")
 _NAMESPACE_DIR = re.compile(rf"default|ns-[0-9a-f]{{{TAG_CHARS}}}")
 
 
-def block_keys(ids: Sequence[int], block_tokens: int, blocks: int | None = None) -> list[str]:
-    """Keys of the first ``blocks`` whole blocks of ``ids`` (default: every whole block), hex."""
+def iter_block_keys(ids: Sequence[int], block_tokens: int) -> Iterator[str]:
+    """The keys of the whole blocks of ``ids`` in order, hex (computed as they are asked
+    for: a caller that stops early hashes no more)."""
     if block_tokens <= 0:
         raise ValueError(f"block_tokens must be positive, got {block_tokens}")
-    whole = len(ids) // block_tokens
-    count = whole if blocks is None else min(blocks, whole)
-    keys: list[str] = []
     previous = b""
-    for b in range(count):
+    for b in range(len(ids) // block_tokens):
         chunk = array("q", ids[b * block_tokens : (b + 1) * block_tokens])
         if sys.byteorder == "big":
             chunk.byteswap()
         digest = hashlib.blake2b(previous, digest_size=KEY_CHARS // 2, person=_PERSON)
         digest.update(chunk.tobytes())
         previous = digest.digest()
-        keys.append(previous.hex())
-    return keys
+        yield previous.hex()
+
+
+def block_keys(ids: Sequence[int], block_tokens: int, blocks: int | None = None) -> list[str]:
+    """Keys of the first ``blocks`` whole blocks of ``ids`` (default: every whole block), hex."""
+    return list(islice(iter_block_keys(ids, block_tokens), blocks))
 
 
 def fingerprint_dir(fingerprint: str, block_tokens: int) -> str:

@@ -39,7 +39,12 @@ from agentwarm.engines.kvtier.defaults import (
     check_options,
 )
 from agentwarm.engines.kvtier.index import BlockIndex, BlockKey, Entry, scan
-from agentwarm.engines.kvtier.keys import block_keys, fingerprint_dir, namespace_dir
+from agentwarm.engines.kvtier.keys import (
+    block_keys,
+    fingerprint_dir,
+    iter_block_keys,
+    namespace_dir,
+)
 from agentwarm.engines.kvtier.meta import META_NAME, MetaError, load_meta, save_meta
 from agentwarm.engines.kvtier.notices import Notices
 from agentwarm.engines.kvtier.reading import BadBlock, read_run
@@ -124,8 +129,6 @@ class DiskTier:
         self._writer = Writer(min(queue, max_bytes))
         self._open()
 
-    # -- the caller's side -------------------------------------------------------------------
-
     @property
     def enabled(self) -> bool:
         """False once the tier turned itself off (a bad directory, a failed write)."""
@@ -148,15 +151,14 @@ class DiskTier:
         stored. Reads the in-memory index only; never raises."""
         first = max(start, 0) // self.block_tokens
         try:
-            count = len(ids) // self.block_tokens
-            if first >= count:
-                return first * self.block_tokens
-            keys = block_keys(ids, self.block_tokens, count)
             ns = namespace_dir(namespace)
             end = first
-            with self._lock:
-                while end < count and (ns, keys[end]) in self._index:
-                    end += 1
+            for b, key in enumerate(iter_block_keys(ids, self.block_tokens)):
+                if b >= first:
+                    with self._lock:
+                        if (ns, key) not in self._index:
+                            break
+                    end = b + 1
             return end * self.block_tokens
         except Exception as exc:  # the caller is the engine's compute thread
             self._notices.note("internal", f"stored_prefix failed ({exc!r}); reporting none")
@@ -232,10 +234,8 @@ class DiskTier:
         if self._closed:
             return
         self._closed = True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.flush(timeout)
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        self._writer.stop(left)
+        if not self._writer.stop(timeout):  # it runs what is queued, then ends
+            log.warning("kv tier %s: writes still queued after %s s", self.root, timeout)
         if self.root.is_dir():
             try:
                 save_meta(self.root / META_NAME, self._read_rate, self.meta)

@@ -3,7 +3,8 @@ bytes.
 
 :meth:`Writer.submit` never waits: a job that would take the queue past its bound is refused
 (the caller counts the drop). Jobs run outside the queue's lock, so a slow disk holds nobody
-but the writer. The thread starts with the first job and ends at :meth:`Writer.stop`.
+but the writer. The thread starts with the first job and ends at :meth:`Writer.stop` or after
+:data:`IDLE_EXIT_S` without work (the next job starts it again: never more than one).
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ("Job", "Writer")
+__all__ = ("IDLE_EXIT_S", "Job", "Writer")
 
 log = logging.getLogger("agentwarm.engines.kvtier")
 
 Job = Callable[[], None]
+
+IDLE_EXIT_S = 60.0
+"""A writer with nothing to do for this long ends its thread (a tier dropped without
+``close`` leaves no thread behind for good)."""
 
 
 class Writer:
@@ -88,7 +93,9 @@ class Writer:
         while True:
             with self._cond:
                 while not self._jobs and not self._stopping:
-                    self._cond.wait()
+                    if not self._cond.wait(IDLE_EXIT_S) and not self._jobs:
+                        self._thread = None  # idle: end; the next submit starts another
+                        return
                 if not self._jobs:
                     return
                 job, nbytes = self._jobs.popleft()

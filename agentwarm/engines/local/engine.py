@@ -39,6 +39,7 @@ from agentwarm.engines.base import (
     check_context,
     new_rid,
 )
+from agentwarm.engines.local.disk import DiskLink
 from agentwarm.engines.local.model import LoadedModel, load_model
 from agentwarm.engines.local.runner import (
     KV,
@@ -101,6 +102,21 @@ class LocalEngine(Engine):
     the first checks the cache whenever the worker idles, the second sees every step before it
     runs.
 
+    ``kv_dir`` turns on the disk KV tier (default ``None``: none): a
+    :class:`~agentwarm.engines.kvtier.DiskTier` in that directory, holding at most
+    ``kv_disk_bytes`` (default :data:`~agentwarm.engines.kvtier.DEFAULT_KV_DISK_BYTES`) of KV
+    produced by this model, dtype and chunk size only (their
+    :func:`~agentwarm.engines.kvtier.model_fingerprint`; another model's files are never read).
+    KV evicted from the radix cache is written there (the worker only enqueues, the tier's
+    thread writes), and so is everything still cached when :meth:`aclose` stops the engine (it
+    waits for the writes, off the event loop; :meth:`flush_cache` writes nothing). A request
+    whose prompt continues on disk past its radix match loads those blocks instead of computing
+    them when the measured read throughput makes that faster than the measured prefill
+    throughput (while a figure is unknown it loads, and so measures it); loaded tokens count in
+    ``cached_tokens``, split in ``cached_tokens_by_source`` (``"device"``, ``"disk"``). A new
+    engine on the same directory and model finds what an earlier one stored. Details:
+    :mod:`~agentwarm.engines.local.disk`.
+
     Raises :class:`EngineError` when the model cannot be loaded, also when CUDA is asked for
     and not available; :class:`InvalidRequest` for an unknown ``dtype`` or ``device``.
     """
@@ -122,6 +138,8 @@ class LocalEngine(Engine):
         seed: int = 0,
         check_integrity_on_idle: bool = False,
         step_hook: Callable[[StepEvent], None] | None = None,
+        kv_dir: str | Path | None = None,
+        kv_disk_bytes: int | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise InvalidRequest(f"chunk_size must be positive, got {chunk_size}")
@@ -159,6 +177,12 @@ class LocalEngine(Engine):
             step_hook=step_hook,
         )
         self._active: set[str] = set()
+        self.disk: DiskLink | None = None
+        """The disk KV tier (``kv_dir``) and its wiring, or ``None``."""
+        if kv_dir is not None:
+            self.disk = DiskLink(
+                loaded, self.runner, self.scheduler, kv_dir, kv_disk_bytes, chunk_size=chunk_size
+            )
 
     # ------------------------------------------------------------ properties
 
@@ -320,15 +344,18 @@ class LocalEngine(Engine):
 
     def _stats(self) -> EngineStats:
         sched = self.scheduler
+        disk = self.disk.stats_fields() if self.disk is not None else {}
         return EngineStats(
             cached_tokens=self.cache.total_tokens,
             capacity_tokens=self.cache.max_tokens,
             evicted_tokens=self.cache.evicted_tokens,
-            hit_tokens=sched.hit_tokens,
-            prompt_tokens=sched.prompt_tokens,
-            computed_tokens=sched.computed_tokens,
-            requests=sched.requests,
-            aborted=sched.aborted,
+            hit_tokens=sched.traffic.hit_tokens,
+            prompt_tokens=sched.traffic.prompt_tokens,
+            computed_tokens=sched.traffic.computed_tokens,
+            requests=sched.traffic.requests,
+            aborted=sched.traffic.aborted,
+            disk_hit_tokens=sched.traffic.disk_hit_tokens,
+            **disk,
         )
 
     async def flush_cache(self) -> None:
@@ -351,8 +378,13 @@ class LocalEngine(Engine):
         return await asyncio.wrap_future(self.scheduler.call(fn))
 
     async def aclose(self) -> None:
+        """Stop the worker; with a disk tier, then write what is still cached to it and wait
+        for the writes (in a thread: the event loop keeps running)."""
         if not self.scheduler.closed:
             await asyncio.to_thread(self.scheduler.close)
+        disk, self.disk = self.disk, None
+        if disk is not None:
+            await asyncio.to_thread(disk.close)
 
     async def __aenter__(self) -> LocalEngine:
         return self

@@ -4,11 +4,12 @@ prefills. Worker only (the cache is not thread-safe)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentwarm.engines.local.request import Request
-    from agentwarm.engines.radix import MatchResult, RadixCache, RadixNode
+    from agentwarm.engines.radix import InsertResult, MatchResult, RadixCache, RadixNode
 
 __all__ = ("Prefixes",)
 
@@ -68,10 +69,31 @@ class Prefixes:
         offset = req.node.depth
         if len(ids) <= offset or not self.cache.is_attached(req.node):
             return
-        kv = req.state.kv(offset, len(ids))
-        result = self.cache.insert(req.namespace, ids, kv, value_offset=offset)
-        if result.length > offset:
+        self.insert(req, ids, req.state.kv(offset, len(ids)), offset)
+
+    def insert(
+        self, req: Request, ids: Sequence[int], value: Any, offset: int
+    ) -> InsertResult[Any]:
+        """Insert ``value`` (the KV of ``ids[offset:]``, ``offset`` at most the depth of
+        ``req``'s locked path) for ``req`` and move its lock to the end of what is stored
+        (``result.length``: less than ``len(ids)`` when the budget left no room)."""
+        assert req.node is not None and offset <= req.node.depth
+        result = self.cache.insert(req.namespace, ids, value, value_offset=offset)
+        if result.length > req.node.depth:
             self._move_lock(req, result.node)
+        return result
+
+    def rematch(self, req: Request, stop: int | None = None) -> MatchResult[Any]:
+        """Match ``req``'s prompt again, up to ``stop`` (default: all it may take from the
+        cache), while it loads KV into the tree: the lock moves to the end of the match and the
+        tokens gained count as cached."""
+        assert req.node is not None
+        limit = req.match_limit if stop is None else min(stop, req.match_limit)
+        match = self.cache.match_prefix(req.namespace, req.ids[:limit])
+        if match.node is not req.node and match.length >= req.node.depth:
+            self._move_lock(req, match.node)
+        req.cached_tokens = max(req.cached_tokens, match.length)
+        return match
 
     def release(self, req: Request) -> None:
         """Keep what ``req`` computed (best effort: a failure there changes no outcome) and

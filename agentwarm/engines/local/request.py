@@ -20,7 +20,16 @@ if TYPE_CHECKING:
 
     from agentwarm.engines.radix import RadixNode
 
-__all__ = ("Future", "Request", "RequestKind", "Step", "StepEvent", "resolve", "result_of")
+__all__ = (
+    "Future",
+    "Request",
+    "RequestKind",
+    "Step",
+    "StepEvent",
+    "by_source_of",
+    "resolve",
+    "result_of",
+)
 
 Future = concurrent.futures.Future[Any] | asyncio.Future[Any]
 """A request's future: a ``concurrent.futures.Future`` (worker thread) or an asyncio one
@@ -37,10 +46,12 @@ class RequestKind(Enum):
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
-    """One unit of work, logged before it runs: a prefill chunk ``[start, stop)`` or a decode
-    step (``start`` = position of the fed token). A speculative chunk that yielded to live work
-    mid-way is logged again with kind ``"interrupted"`` (none of it was kept); in ``events``
-    that entry replaces its ``"prefill"`` one, a ``step_hook`` sees both."""
+    """One unit of work, logged before it runs: a prefill chunk ``[start, stop)``, a decode
+    step (``start`` = position of the fed token), or a ``"load"`` of the stored KV of tokens
+    ``[start, stop)`` from the disk tier (:mod:`~agentwarm.engines.local.loading`). A
+    speculative chunk that yielded to live work mid-way is logged again with kind
+    ``"interrupted"`` (none of it was kept); in ``events`` that entry replaces its ``"prefill"``
+    one, a ``step_hook`` sees both."""
 
     rid: str
     kind: str
@@ -79,6 +90,10 @@ class Request:
     node: RadixNode[Any] | None = None
     cached_tokens: int = 0
     computed_tokens: int = 0
+    #: Of ``cached_tokens``, those loaded from the disk tier (``None``: the engine has none).
+    disk_tokens: int | None = None
+    #: While it loads from the disk tier: the end of the stored run it loads (0: not loading).
+    load_stop: int = 0
     output: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
     t_first_token: float | None = None
@@ -115,6 +130,7 @@ def result_of(
     aborted is a :class:`PrefillResult`, a finished generate a :class:`Completion` (its text
     from ``text``), anything else the error itself."""
     aborted = isinstance(outcome, RequestAborted)
+    by_source = by_source_of(req)
     if req.kind is RequestKind.PREFILL and (outcome is None or aborted):
         return PrefillResult(
             rid=req.rid,
@@ -122,6 +138,7 @@ def result_of(
             cached_tokens=req.cached_tokens,
             computed_tokens=req.computed_tokens,
             status=PrefillStatus.ABORTED if aborted else PrefillStatus.DONE,
+            cached_tokens_by_source=by_source,
         )
     if isinstance(outcome, str):
         now = time.perf_counter()
@@ -135,9 +152,18 @@ def result_of(
             finish_reason=outcome,
             rid=req.rid,
             e2e_s=now - req.t_submit,
+            cached_tokens_by_source=by_source,
         )
     assert outcome is not None
     return outcome
+
+
+def by_source_of(req: Request) -> dict[str, int]:
+    """``req.cached_tokens`` split by tier (:data:`~agentwarm.engines.types.CACHED_BY_SOURCE`);
+    empty when the engine has no disk tier."""
+    if req.disk_tokens is None:
+        return {}
+    return {"device": req.cached_tokens - req.disk_tokens, "disk": req.disk_tokens}
 
 
 def resolve(fut: Future, outcome: object) -> None:

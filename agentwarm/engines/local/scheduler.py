@@ -27,18 +27,19 @@ Rules the scheduler keeps:
   the prefill has not, and the prefill then finds the rest cached). No token is computed twice
   by requests that share a prefix.
 * ``cached_tokens`` counts the prompt tokens a request found in the tree, at its start or when
-  resuming; ``computed_tokens`` those it computed. For a finished request they sum to the prompt
-  length. A generate request always computes its last prompt token (it needs its logits).
+  resuming, or loaded from the disk tier (``"load"`` steps, scheduled like prefill chunks:
+  :mod:`~agentwarm.engines.local.loading`); ``computed_tokens`` those it computed. For a
+  finished request they sum to the prompt length. A generate request always computes its last
+  prompt token (it needs its logits).
 * A finished speculative prefill pins its path for its request's ``pin_ttl_s``, else the
   scheduler's; a prefill found whole in the cache renews the pin of its path (a pin never
   shortens). ``abort(rid)`` of a finished prefill drops that pin. Every exit path (done,
   abort, error, close) unlocks.
 
-The scheduler decides, a :class:`~agentwarm.engines.local.steps.StepRunner` computes (the seam,
-:mod:`~agentwarm.engines.local.steps`). ``Scheduler(model_runner, cache)`` (``LocalEngine``)
-starts a worker thread; ``Scheduler(steps, cache, thread=False)`` none: its owner drives it
-(:attr:`~Scheduler.has_work`, :meth:`~Scheduler.serve`, :meth:`~Scheduler.next_step`,
-:meth:`~Scheduler.run_step`) and may spend time between planning and running a step
+The scheduler decides, a :class:`~agentwarm.engines.local.steps.StepRunner` computes (the seam).
+``Scheduler(model_runner, cache)`` (``LocalEngine``) starts a worker thread;
+``Scheduler(steps, cache, thread=False)`` none: its owner drives it (``has_work``, ``serve``,
+``next_step``, ``run_step``) and may spend time between planning and running a step
 (``FakeEngine``: an asyncio task and a cost model). The request types and the seam are
 re-exported here, where ``FakeEngine`` and ``LocalEngine`` import them.
 """
@@ -53,6 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentwarm.engines.base import Priority
 from agentwarm.engines.local.handover import Handover, run_call
+from agentwarm.engines.local.loading import NullLoader
 from agentwarm.engines.local.prefixes import Prefixes
 from agentwarm.engines.local.request import (
     Request,
@@ -64,6 +66,7 @@ from agentwarm.engines.local.request import (
     result_of,
 )
 from agentwarm.engines.local.steps import ChunkInterrupted, StepRunner, TorchSteps
+from agentwarm.engines.local.traffic import Traffic
 from agentwarm.engines.local.waiting import Waiting
 from agentwarm.errors import EngineError, EngineUnavailable, RequestAborted
 
@@ -126,6 +129,7 @@ class Scheduler(Handover):
         self.on_finish: Callable[[Request, RequestEnd], None] | None = None
         """Called on the worker when a request leaves (after counting, before its future is
         resolved) with its outcome: ``None`` (prefill done), a finish reason or an error."""
+        self.loader: NullLoader = NullLoader()  # the disk tier's loads, set by LocalEngine
 
         self.chunks_executed = 0
         self.chunks_interrupted = 0
@@ -143,11 +147,7 @@ class Scheduler(Handover):
 
     def reset_counters(self) -> None:
         """Zero the traffic counters reported by ``stats`` (worker or before start)."""
-        self.requests = 0
-        self.aborted = 0
-        self.prompt_tokens = 0
-        self.hit_tokens = 0
-        self.computed_tokens = 0
+        self.traffic = Traffic()
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker: queued and running requests fail with EngineUnavailable (without a
@@ -261,16 +261,19 @@ class Scheduler(Handover):
             return None
 
     def _plan(self, req: Request) -> Step | None:
-        if req.state is None:
-            self._resume(req, self.prefixes.start(req))
-        elif self._last_rid != req.rid and req.state.length < req.prefill_target:
+        if req.state is None and not req.load_stop:
+            self._resume(req, self.loader.begin(req, self.prefixes.start(req)))
+        elif (
+            req.state is not None
+            and self._last_rid != req.rid
+            and req.state.length < req.prefill_target
+        ):
             self._resume(req, self.prefixes.catch_up(req))
         if req.future.done():
             return None
-        state = req.state
-        assert state is not None
-        start = state.length
-        if start < req.prefill_target:
+        if req.load_stop:
+            event = self.loader.event(req)
+        elif (start := req.state.length) < req.prefill_target:
             stop = min(start + self.chunk_size, len(req.ids))
             event = StepEvent(req.rid, "prefill", start, stop, req.priority)
         else:
@@ -290,7 +293,9 @@ class Scheduler(Handover):
         req.state = self.steps.new_state(req, match.values, match.length)
 
     def _execute(self, req: Request, event: StepEvent) -> None:
-        if event.kind == "prefill":
+        if event.kind == "load":
+            self._resume(req, self.loader.run(req, event))
+        elif event.kind == "prefill":
             self._prefill_chunk(req, event)
         else:
             assert req.state is not None
@@ -303,6 +308,7 @@ class Scheduler(Handover):
         last = stop == len(req.ids)
         want_logits = last and req.kind is RequestKind.GENERATE
         interrupt = self._should_yield if req.priority < Priority.LIVE else None
+        t0 = time.perf_counter()
         try:
             logits = self.steps.extend(
                 state, req.ids[start:stop], want_logits=want_logits, interrupt=interrupt
@@ -316,6 +322,7 @@ class Scheduler(Handover):
             self._log(StepEvent(req.rid, "interrupted", start, stop, req.priority))
             return
         self.chunks_executed += 1
+        self.loader.observe_prefill(stop - start, time.perf_counter() - t0)
         req.computed_tokens += stop - start
         self.prefixes.keep(req, req.ids[:stop])
         if not last:
@@ -363,11 +370,7 @@ class Scheduler(Handover):
         if isinstance(outcome, RequestAborted):
             outcome.cached_tokens = req.cached_tokens
             outcome.computed_tokens = req.computed_tokens
-        self.requests += 1
-        self.aborted += int(aborted)
-        self.prompt_tokens += req.cached_tokens + req.computed_tokens if aborted else len(req.ids)
-        self.hit_tokens += req.cached_tokens
-        self.computed_tokens += req.computed_tokens
+        self.traffic.count(req, aborted=aborted)
         if self.on_finish is not None:
             self.on_finish(req, outcome)
         if req.kind is RequestKind.PREFILL and outcome is None and req.node is not None:

@@ -29,7 +29,10 @@ class RadixCache(Generic[V]):
 
     ``max_tokens`` is the token budget (``None``: unbounded). ``clock`` drives pin expiry and LRU
     order (inject a fake one in tests). ``ops`` measures and slices payloads; without it the tree
-    stores no payloads and ``values`` hold ``None``.
+    stores no payloads and ``values`` hold ``None``. ``on_evict`` is called with each node that
+    :meth:`evict` removes, just before it leaves the tree (a leaf, still attached: its payload
+    and the path above it are intact); not for nodes dropped by :meth:`reset`. The hook must not
+    change the tree; what it raises propagates out of the eviction.
 
     Counters: ``total_tokens`` (cached now), ``locked_tokens`` (on locked paths),
     ``active_locks`` (outstanding :meth:`lock` calls), ``evicted_tokens`` (dropped by eviction or
@@ -42,12 +45,14 @@ class RadixCache(Generic[V]):
         *,
         clock: Callable[[], float] = time.monotonic,
         ops: PayloadOps[V] | None = None,
+        on_evict: Callable[[RadixNode[V]], None] | None = None,
     ) -> None:
         if max_tokens is not None and max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
         self.max_tokens = max_tokens
         self.clock = clock
         self.ops = ops
+        self.on_evict = on_evict
         self._roots: dict[str, RadixNode[V]] = {}
         self._ticks = itertools.count()
         self.total_tokens = 0
@@ -222,7 +227,7 @@ class RadixCache(Generic[V]):
         now = self.clock()
         heap = [
             (n.last_access, n.access_tick, id(n), n)
-            for n in self._nodes()
+            for n in self.nodes()
             if self._evictable_leaf(n, now)
         ]
         heapq.heapify(heap)
@@ -231,6 +236,8 @@ class RadixCache(Generic[V]):
             *_, node = heapq.heappop(heap)
             parent = node.parent
             assert parent is not None
+            if self.on_evict is not None:
+                self.on_evict(node)
             self._remove(node)
             freed += len(node.key)
             if not parent.is_root and self._evictable_leaf(parent, now):
@@ -327,7 +334,9 @@ class RadixCache(Generic[V]):
         """Namespaces that hold a cached prefix or a lock now."""
         return tuple(self._roots)
 
-    def _nodes(self) -> Iterator[RadixNode[V]]:
+    def nodes(self) -> Iterator[RadixNode[V]]:
+        """Every cached node of every namespace, each parent before its children; the tree must
+        not change while the iterator is used."""
         for root in self._roots.values():
             for child in root.children.values():
                 yield from subtree(child)

@@ -4,8 +4,10 @@ Modules: :mod:`~agentwarm.engines.sglang.protocol` (the wire format, shared with
 :mod:`~agentwarm.engines.sglang.client` (:class:`SGLangEngine`),
 :mod:`~agentwarm.engines.sglang.connection` (HTTP, URL checks),
 :mod:`~agentwarm.engines.sglang.errors` (failures → :mod:`agentwarm.errors`),
-:mod:`~agentwarm.engines.sglang.tokenizers` and :mod:`~agentwarm.engines.sglang.metrics`
-(``/metrics`` parsing, client counters).
+:mod:`~agentwarm.engines.sglang.tokenizers`, :mod:`~agentwarm.engines.sglang.metrics`
+(``/metrics`` parsing, client counters), :mod:`~agentwarm.engines.sglang.metric_names` (the
+``/metrics`` names, shared with the server) and :mod:`~agentwarm.engines.sglang.cache_details`
+(``meta_info.cached_tokens_details``: cached tokens by tier).
 
 Importing this package never imports ``sglang`` (which pulls torch and CUDA kernels).
 """

@@ -5,18 +5,22 @@
 ``sglang:cached_tokens_total`` (summed over ``cache_source``), ``sglang:num_requests_total``,
 ``sglang:num_aborted_requests_total``, ``sglang:max_total_num_tokens`` (capacity),
 ``sglang:num_used_tokens`` and the ``agentwarm:*`` extras of ``agentwarm serve``
-(:mod:`agentwarm.server.metrics`).
+(:mod:`agentwarm.server.metrics`), its disk tier's ``agentwarm:tier_*`` and
+``agentwarm:disk_hit_tokens_total`` included.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentwarm.engines.base import Completion, EngineStats, PrefillResult, PrefillStatus
-from agentwarm.engines.sglang.protocol import MetaInfo, MetricName, finish_type, token_counts
+from agentwarm.engines.sglang.cache_details import cached_tokens_by_source
+from agentwarm.engines.sglang.metric_names import MetricName
+from agentwarm.engines.sglang.protocol import MetaInfo, finish_type, token_counts
 
 __all__ = ("ClientCounters", "parse_metrics", "stats_from_metrics")
 
@@ -55,7 +59,23 @@ def stats_from_metrics(metrics: Mapping[str, float]) -> EngineStats | None:
         computed_tokens=int(metrics.get(MetricName.COMPUTED_TOKENS, prompt - hit)),
         requests=int(metrics[MetricName.REQUESTS]),
         aborted=int(metrics.get(MetricName.ABORTED_REQUESTS, 0)),
+        **_tier(metrics),
     )
+
+
+def _tier(metrics: Mapping[str, float]) -> dict[str, Any]:
+    """The disk-tier fields of :class:`EngineStats` from ``agentwarm serve --kv-dir``'s
+    ``agentwarm:tier_*`` series; none (the defaults: no tier) when the server has no tier."""
+    if MetricName.TIER_ENABLED not in metrics:
+        return {}
+    return {
+        "disk_hit_tokens": int(metrics.get(MetricName.DISK_HIT_TOKENS, 0)),
+        "tier_bytes_written": int(metrics.get(MetricName.TIER_BYTES_WRITTEN, 0)),
+        "tier_bytes_read": int(metrics.get(MetricName.TIER_BYTES_READ, 0)),
+        "tier_loads_refused": int(metrics.get(MetricName.TIER_LOADS_REFUSED, 0)),
+        "tier_stored_bytes": int(metrics.get(MetricName.TIER_STORED_BYTES, 0)),
+        "tier_enabled": metrics[MetricName.TIER_ENABLED] > 0,
+    }
 
 
 class ClientCounters:
@@ -82,11 +102,17 @@ class ClientCounters:
         self.aborted += aborted
 
     def prefill(
-        self, rid: str, prompt: int, cached: int, computed: int, status: PrefillStatus
+        self,
+        rid: str,
+        prompt: int,
+        cached: int,
+        computed: int,
+        status: PrefillStatus,
+        by_source: Mapping[str, int] | None = None,
     ) -> PrefillResult:
         """Count a finished prefill and return its result."""
         self.finished(prompt, cached, computed, aborted=status is PrefillStatus.ABORTED)
-        return PrefillResult(rid, prompt, cached, computed, status)
+        return PrefillResult(rid, prompt, cached, computed, status, dict(by_source or {}))
 
     def prefill_reply(self, rid: str, ids: Sequence[int], meta: MetaInfo) -> PrefillResult:
         """Count the prefill of ``ids`` the server answered with ``meta`` and return its result
@@ -95,7 +121,8 @@ class ClientCounters:
         if finish_type(meta) == "abort":
             return self.prefill(rid, prompt, cached, computed or 0, PrefillStatus.ABORTED)
         computed = prompt - cached if computed is None else computed
-        return self.prefill(rid, prompt, cached, computed, PrefillStatus.DONE)
+        by_source = cached_tokens_by_source(meta)
+        return self.prefill(rid, prompt, cached, computed, PrefillStatus.DONE, by_source)
 
     def completion(
         self,
@@ -120,6 +147,7 @@ class ClientCounters:
             finish_reason=finish_type(meta) or "stop",
             rid=rid,
             e2e_s=e2e,
+            cached_tokens_by_source=cached_tokens_by_source(meta),
         )
 
     def stats(self) -> EngineStats:

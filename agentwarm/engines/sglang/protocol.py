@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from enum import StrEnum
 from typing import Annotated, Any, Required, TypedDict, cast
 
 from pydantic import (
@@ -49,6 +48,7 @@ from pydantic import (
 
 from agentwarm._jsonfile import find_flaw
 from agentwarm.engines.namespace import check_field, check_part, namespace_parts
+from agentwarm.engines.sglang.cache_details import CachedTokensDetails
 from agentwarm.errors import InvalidRequest
 
 __all__ = (
@@ -61,7 +61,6 @@ __all__ = (
     "GenerateReply",
     "GenerateRequest",
     "MetaInfo",
-    "MetricName",
     "NamespacePart",
     "SamplingParams",
     "Text",
@@ -118,38 +117,6 @@ def _usable_temperature(value: float) -> float:
 
 
 # ---------------------------------------------------------------------- requests
-
-
-class MetricName(StrEnum):
-    """The Prometheus names on ``/metrics`` that the client reads and ``agentwarm serve`` writes:
-    SGLang's own (``sglang:``) and agentwarm's additions (``agentwarm:``)."""
-
-    REQUESTS = "sglang:num_requests_total"
-    """Requests finished (SGLang's own name)."""
-    PROMPT_TOKENS = "sglang:prompt_tokens_total"
-    """Prompt tokens of finished requests."""
-    CACHED_TOKENS = "sglang:cached_tokens_total"
-    """Prompt tokens served from the prefix cache."""
-    GENERATION_TOKENS = "sglang:generation_tokens_total"
-    """Tokens generated."""
-    ABORTED_REQUESTS = "sglang:num_aborted_requests_total"
-    """Requests aborted."""
-    MAX_TOTAL_TOKENS = "sglang:max_total_num_tokens"
-    """KV cache capacity in tokens (a gauge)."""
-    USED_TOKENS = "sglang:num_used_tokens"
-    """KV cache tokens in use (a gauge)."""
-    RUNNING_REQUESTS = "sglang:num_running_reqs"
-    """Requests running (a gauge)."""
-    CACHE_HIT_RATE = "sglang:cache_hit_rate"
-    """Cached / prompt tokens (a gauge)."""
-    PREFILL_REQUESTS = "agentwarm:prefill_requests_total"
-    """agentwarm: prefill-only requests."""
-    COMPUTED_TOKENS = "agentwarm:computed_tokens_total"
-    """agentwarm: prompt tokens computed (not cached)."""
-    CACHE_TOKENS = "agentwarm:cache_tokens"
-    """agentwarm: tokens held by the radix cache (a gauge)."""
-    EVICTED_TOKENS = "agentwarm:evicted_tokens_total"
-    """agentwarm: tokens evicted from the cache."""
 
 
 class SamplingParams(BaseModel):
@@ -300,6 +267,7 @@ class MetaInfo(TypedDict, total=False):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    cached_tokens_details: CachedTokensDetails | None
     computed_tokens: int
     e2e_latency: float
     ttft: float

@@ -6,9 +6,11 @@ prefill would compute (its known prefix less what was sent for it before,
 :class:`~agentwarm.runtime.prefetch.spend.SentPrefixes`) and the idle window after the step's
 speculation (:class:`~agentwarm.runtime.prefetch.spend.SpendEstimator`, less the speculative
 tokens admission holds in flight). Then, in that order, each is checked by admission (a refused
-one is not sent) and the step's token budget. The estimator and the sent prefixes are the session's,
-shared by its runs and fed only through their methods: the throughput by the run's
-:class:`~agentwarm.runtime.prefetch.sender.Sender`, the idle time by the run's
+one is not sent) and the step's token budget. Every ranked target not sent gets its verdict on
+the step's scope, taken here (:mod:`~agentwarm.runtime.prefetch.misses`). The estimator and the
+sent prefixes are the session's, shared by its runs and fed only through their methods: the
+throughput by the run's :class:`~agentwarm.runtime.prefetch.sender.Sender`, the idle time by the
+run's
 :class:`~agentwarm.runtime.prefetch.spend.IdleClock` held here, the prefixes by :meth:`sent`.
 """
 
@@ -17,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from agentwarm._spec import END
+from agentwarm._spec import END, Miss, MissReason
+from agentwarm.runtime.prefetch.misses import judged_choice
 from agentwarm.runtime.prefetch.rules import within_budget
-from agentwarm.runtime.prefetch.spend import IdleClock, SentPrefixes, SpendEstimator, choose
+from agentwarm.runtime.prefetch.spend import IdleClock, SentPrefixes, SpendEstimator
 
 if TYPE_CHECKING:
     from agentwarm.graphs import CompiledGraph
@@ -121,9 +124,16 @@ class Choice:
         free = self.spend.free_tokens(
             scope.spec.name, queued_tokens=queued, elapsed_s=self._elapsed_s
         )
-        chosen = choose(
-            predictions, policy=self.policy, limits=limits, new_tokens=new_tokens, free_tokens=free
+        chosen, judged = judged_choice(
+            predictions,
+            policy=self.policy,
+            limits=limits,
+            new_tokens=new_tokens,
+            free_tokens=free,
+            reads_prompt=reads,
+            ranked=scope.predictions,
         )
+        scope.verdicts.update(judged)
         if hinted is not None and hinted not in {name for _, name, _ in chosen}:
             chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
         # Already prefetched (a mid-decode hint, an earlier ranking): not started twice.
@@ -141,6 +151,17 @@ class Choice:
             return self.admission.may_admit(ranked[name][1])
 
         spent = sum(pf.record.tokens for pf in scope.prefetches.values())
+        left = dict(ranked)
         for name, ids in self.within_budget(ranked, admissible, spent=spent, prefix_ids=prefix_ids):
-            rank, p = ranked[name]
+            rank, p = left.pop(name)
+            scope.verdicts.pop(name, None)
             yield name, rank, p, ids
+        for name, (rank, p) in left.items():  # the step's budget stopped them, or no prompt
+            cause = "step_budget" if prefix_ids(name) else None
+            reason = MissReason.DROPPED if cause else MissReason.NOT_PREDICTED
+            scope.verdicts[name] = Miss(reason, cause=cause or "no_prompt", p=p, rank=rank)
+
+    def judge(self, scope: StepScope, limits: Limits) -> None:
+        """The guardrail paused speculation: judge the step's candidates all the same (what the
+        normal limits would have sent is held back by the guardrail), send nothing."""
+        self.candidates(scope, limits)

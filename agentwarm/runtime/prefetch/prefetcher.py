@@ -144,6 +144,7 @@ class Prefetcher(Reading):
         try:
             limits = self.guardrail.limits(self.policy)
             if limits.paused:
+                self._choice.judge(scope, limits)
                 return
             for name, rank, p, ids in self._choice.to_send(scope, limits, hinted):
                 self._start(scope, name, p, rank, ids)
@@ -233,7 +234,9 @@ class Prefetcher(Reading):
         its prompt was rendered (recorded as dropped, with 0 tokens, when the step resolves)."""
         pf = self._new_prefetch(scope, target, PrefetchKind.SPECULATIVE, p, rank, len(ids or ()))
         scope.prefetches[target] = pf
-        if ids is not None and self._send(scope, pf, ids):
+        if ids is None:
+            pf.record.refused = self.admission.refusal
+        elif self._send(scope, pf, ids):
             self._instruments.record_issued(self.workflow.name)
         return pf
 
@@ -249,7 +252,9 @@ class Prefetcher(Reading):
             pf.requests.append(req)
             pf.record.tokens = max(pf.record.tokens, len(ids))
         elif self._sender.submit(pf, ids, Priority.SPECULATIVE, key=key, replace=replace) is None:
+            pf.record.refused = self.admission.refusal
             return False
+        pf.ids = ids
         self._choice.sent(pf.record.target, ids)
         return True
 
@@ -297,6 +302,7 @@ class Prefetcher(Reading):
 
     def _drop(self, pf: Prefetch, kept: Collection[int] = ()) -> None:
         """Stop ``pf``'s requests (except those in ``kept``, shared with a hit) and settle it."""
+        pf.ids = None  # a loser's ids are not needed any more
         for req in pf.requests:
             if id(req) not in kept:
                 self._sender.stop(req)

@@ -92,13 +92,15 @@ def choose_by_value(
     top_p: float = 1.0,
     idle_price: float = 0.1,
     busy_price: float = 1.0,
+    priced: dict[str, float] | None = None,
 ) -> list[tuple[int, str, float]]:
     """The candidates worth sending (module doc), as ``(rank, name, probability)`` in
     predicted order: the shape of :func:`~agentwarm.runtime.policy.choose_candidates`.
 
     ``new_tokens(name)`` is what ``name``'s prefill would compute; it is asked only of
     candidates within ``top_n``, ``min_p`` and ``top_p``. ``free_tokens`` is the idle window
-    (``math.inf``: every token is idle).
+    (``math.inf``: every token is idle). ``priced``, when given, is told the price per token
+    of each candidate the price refused (a miss reason: ``priced_out``).
     """
     chosen: list[tuple[int, str, float]] = []
     spent = 0
@@ -109,9 +111,12 @@ def choose_by_value(
         if len(chosen) >= top_n:
             break
         n = max(0, new_tokens(name))
-        if p >= threshold(_price(spent, n, free_tokens, idle_price, busy_price)):
+        price = _price(spent, n, free_tokens, idle_price, busy_price)
+        if p >= threshold(price):
             chosen.append((rank, name, p))
             spent += n
+        elif priced is not None:
+            priced[name] = price
     return chosen
 
 
@@ -122,11 +127,13 @@ def choose(
     limits: Limits,
     new_tokens: Callable[[str], int] = lambda _: 0,
     free_tokens: float = math.inf,
+    priced: dict[str, float] | None = None,
 ) -> list[tuple[int, str, float]]:
     """A step's candidates under ``policy.spend`` within the guardrail's ``limits``:
     :func:`choose_by_value`, or (``top_n``) :func:`~agentwarm.runtime.policy.choose_candidates`
     (``new_tokens`` and ``free_tokens`` unused). A caller that knows neither the throughput nor
-    the idle time (the gateway) leaves the window infinite: every token at ``idle_price``."""
+    the idle time (the gateway) leaves the window infinite: every token at ``idle_price``.
+    ``priced`` is told the price of each candidate the price refused (:func:`choose_by_value`)."""
     if policy.spend == "top_n":
         return choose_candidates(
             predictions, top_n=limits.top_n, min_p=limits.min_p, top_p=limits.top_p
@@ -140,6 +147,7 @@ def choose(
         top_p=limits.top_p,
         idle_price=policy.idle_price,
         busy_price=policy.busy_price,
+        priced=priced,
     )
 
 

@@ -1,21 +1,24 @@
 """What the prefetcher keeps per request, per prefetch and per step: plain data, no engine.
 
-A :class:`Prefetch` is everything sent for one target node in one step (a refresh supersedes
-its previous :class:`Request`); a :class:`StepScope` is the prefetcher's view of one running
-step, made by the run.
+A :class:`HitProbe` is a branch hit's prefetch, checked when its step's live request comes
+(:mod:`.misses`). A :class:`Prefetch` is everything sent for one target node in one step (a
+refresh supersedes its previous :class:`Request`); a :class:`StepScope` is the prefetcher's view
+of one running step, made by the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
+from agentwarm._spec import Miss, MissReason
 from agentwarm.engines.base import PrefillResult, PrefillStatus
+from agentwarm.runtime.prefetch.spend import common_prefix_len
 
 if TYPE_CHECKING:
     from agentwarm._spec import NodeSpec
@@ -23,7 +26,11 @@ if TYPE_CHECKING:
     from agentwarm.runtime.admission import Ticket
     from agentwarm.runtime.records import PrefetchRecord, StepRecord
 
-__all__ = ("Prefetch", "Request", "StepScope")
+__all__ = ("HitProbe", "Prefetch", "Request", "StepScope", "Where")
+
+#: Where a token index of a node's prompt falls: ``(segment, message index)`` (see
+#: :meth:`~agentwarm.runtime.prompt.PromptRenderer.boundary`).
+Where = Callable[[int], tuple[str | None, int | None]]
 
 
 @dataclass(eq=False)
@@ -75,6 +82,8 @@ class Prefetch:
     span: trace.Span
     requests: list[Request] = field(default_factory=list)
     settled: bool = False
+    ids: list[int] | None = None
+    """The ids its latest request sent, until the step resolves (a hit's go to its probe)."""
 
     @property
     def latest(self) -> Request | None:
@@ -86,6 +95,47 @@ class Prefetch:
 
     def tasks(self) -> list[asyncio.Task[PrefillResult | None]]:
         return [r.task for r in self.requests if r.task is not None]
+
+
+@dataclass(eq=False)
+class HitProbe:
+    """A branch hit's latest request and the ids it sent, carried to the step it hit:
+    :meth:`at_live` when that step's first live request starts, :meth:`short` once it has
+    answered."""
+
+    request: Request
+    ids: Sequence[int]
+    late: str | None = None
+    """``running`` or ``stopped`` when the request was not done as the live request came."""
+
+    def at_live(self) -> None:
+        """The live request starts now: was the prefetch done?"""
+        req = self.request
+        if req.running:
+            self.late = "running"
+        elif req.stopped or req.result is None or not req.result.done:
+            self.late = "stopped"
+
+    def short(self, live_ids: Sequence[int], cached_tokens: int, where: Where) -> Miss | None:
+        """The hit's :class:`Miss` once its live request (``live_ids``) found
+        ``cached_tokens`` cached: ``prefix_mismatch`` when the prefetched ids are not a prefix
+        of the live ids (``where`` names the boundary), ``late`` when it was not done; ``None``
+        when it paid in full."""
+        sent = len(self.ids)
+        missing = max(0, sent - cached_tokens)
+        k = common_prefix_len(self.ids, live_ids)
+        if k < sent:
+            cause, message = where(k)
+            return Miss(
+                MissReason.PREFIX_MISMATCH,
+                cause=cause,
+                token=k,
+                message=message,
+                missing_tokens=missing,
+            )
+        if self.late is not None:
+            return Miss(MissReason.LATE, cause=self.late, missing_tokens=missing)
+        return None
 
 
 @dataclass(eq=False)
@@ -121,6 +171,11 @@ class StepScope:
     hint."""
     fallen: set[str] = field(default_factory=set)
     """Targets stopped because a re-ranking put them below ``min_p`` (not extended any more)."""
+    verdicts: dict[str, Miss] = field(default_factory=dict)
+    """Why the latest choice did not send each ranked target it refused
+    (:func:`~agentwarm.runtime.prefetch.misses.verdicts`)."""
+    probe: HitProbe | None = None
+    """The prefetch that made this step a branch hit, checked at its first live request."""
 
     @property
     def requests_running(self) -> int:

@@ -125,3 +125,44 @@ def test_the_caller_may_drop_its_reference_the_writer_keeps_the_kv(tmp_path: Pat
         tier.flush()
         kv = tier.read("", ids, 0, 16)
         assert kv is not None and torch.equal(kv, prefix_kv("", ids))
+
+
+def test_reads_racing_the_writer_and_its_evictions_are_exact_or_none(tmp_path: Path) -> None:
+    size = open_tier(tmp_path / "probe")
+    size.write("", seq(0), prefix_kv("", seq(0)), 0)
+    size.close()
+    budget = 3 * size.stats().stored_bytes
+    with open_tier(tmp_path / "race", max_bytes=budget) as tier:
+        seen = 0
+        for i in range(40):
+            tier.write("", seq(i), prefix_kv("", seq(i)), 0)  # queued: the writer evicts too
+            if i % 8 == 7:
+                tier.flush()  # so that some reads find what they ask for
+            for j in range(max(0, i - 4), i + 1):
+                kv = tier.read("", seq(j), 0, BLOCK)
+                if kv is not None:
+                    seen += 1
+                    assert torch.equal(kv, prefix_kv("", seq(j)))
+            assert tier.stats().stored_bytes <= budget
+        tier.flush()
+        assert tier.stats().stored_blocks == 3
+        assert tier.stats().blocks_rejected == 0
+        assert seen > 0
+
+
+def test_an_idle_writer_ends_its_thread_and_the_next_write_starts_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentwarm.engines.kvtier import writer
+
+    monkeypatch.setattr(writer, "IDLE_EXIT_S", 0.01)
+    tier = open_tier(tmp_path)
+    tier.write("", seq(0), prefix_kv("", seq(0)), 0)
+    tier.flush()
+    thread = tier._writer._thread
+    assert thread is not None
+    thread.join(10)
+    assert not thread.is_alive()
+    tier.write("", seq(1), prefix_kv("", seq(1)), 0)
+    tier.close()
+    assert [tier.stored_prefix("", seq(i)) for i in range(2)] == [BLOCK, BLOCK]
