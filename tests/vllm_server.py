@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -44,9 +45,12 @@ class VLLMServer:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1, in a process group of its
     own (vLLM forks an engine core); its output goes to ``log``. Construction starts it and
     returns at once, so that its ~1 min start-up overlaps other tests; :meth:`wait_healthy`
-    waits for it."""
+    waits for it. ``args`` are added to the command (a test's own server: a KV connector, a
+    small cache), ``env`` to its environment."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(
+        self, log: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -65,14 +69,15 @@ class VLLMServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *args,
         ]
-        env = {**os.environ}
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        environ = {**os.environ, **(env or {})}
+        environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         with log.open("w") as out:
             self.proc = subprocess.Popen(
                 command,
                 cwd=ROOT,
-                env=env,
+                env=environ,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

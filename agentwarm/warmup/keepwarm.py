@@ -20,7 +20,16 @@ warm between bursts.
    :meth:`KeepWarm.live_hit_rate`) is below ``rewarm_below`` is re-warmed at once. A window
    without live traffic re-warms nothing. A worker whose server exports no counters
    (``/metrics`` off: its client could only count the warm-ups' own requests) is left out of
-   the check, with one warning.
+   the check, with one warning. The counters are the server's own where it has them (SGLang's
+   ``/metrics``; vLLM's through :meth:`~agentwarm.engines.vllm.VLLMEngine.server_stats`, so
+   that the live requests a gateway relays count, less every prefill of the worker's own
+   client as vLLM counted it: a chunked prefill is several requests there), and their hits
+   include the tokens a tier
+   below the device cache supplied (SGLang HiCache's host and storage, vLLM's KV offloading and
+   connectors, ``LocalEngine``'s disk: ``EngineStats.disk_hit_tokens`` is a part of
+   ``hit_tokens``): a prefix evicted to a lower tier is cheap to bring back, so a worker
+   serving its live requests from there is warm, not re-warmed. :attr:`KeepWarm.tier_shares`
+   holds the part of each window's live hits that came from a lower tier.
 
 Rounds never overlap (one lock; a round's workers run in one task group, so a round ends only
 once all of them did). A worker's unexpected error is its summary's ``error``, as a failure
@@ -49,6 +58,7 @@ from agentwarm._spec import PrefetchKind
 from agentwarm.engines.base import EngineStats
 from agentwarm.engines.sglang.client import SGLangEngine
 from agentwarm.engines.sglang.metrics import stats_from_metrics
+from agentwarm.engines.vllm import VLLMEngine
 from agentwarm.errors import ConfigError, EngineError
 from agentwarm.warmup.readiness import Readiness
 from agentwarm.warmup.types import Plan
@@ -83,18 +93,23 @@ def check_schedule(
 @dataclass(slots=True)
 class _Window:
     """One worker's current window: its stats at the start, and the warm-ups' own prompt and
-    cached tokens since (to take out of the window's counters)."""
+    cached tokens since (to take out of the window's counters); for a vLLM worker, whose
+    server counts each chunk of a prefill, its client's prefill totals at the start instead
+    (``ServerFlags.prefill_*``: every prefill it sent is taken out)."""
 
     start: EngineStats | None = None
     warm_prompt: int = 0
     warm_cached: int = 0
+    wire: tuple[int, int] | None = None
 
 
 class KeepWarm:
     """The warm-up of ``plan`` on ``warmers`` (worker label -> its warmer); see the module
     docstring. ``rounds`` counts the re-warm rounds (not the static one); ``summaries`` holds
     the latest summaries (at most :data:`KEEP_SUMMARIES`, oldest first); ``hit_rates`` the last
-    window's live hit rate per checked worker (None: no live traffic)."""
+    window's live hit rate per checked worker (None: no live traffic); ``tier_shares`` the part
+    of that window's hits (the warm-ups' included) a tier below the device cache supplied
+    (None: no hits)."""
 
     def __init__(
         self,
@@ -121,6 +136,7 @@ class KeepWarm:
         self.ticks = 0  # loop iterations done (for tests driving ``wait``)
         self.summaries: collections.deque[WarmSummary] = collections.deque(maxlen=KEEP_SUMMARIES)
         self.hit_rates: dict[str, float | None] = {}
+        self.tier_shares: dict[str, float | None] = {}
         #: The last round's duration in seconds (of ``clock``).
         self.last_round_s = 0.0
         #: Set once the static warm-up is done (ready or not).
@@ -293,19 +309,24 @@ class KeepWarm:
         exports no counters (their client's own counts are not the live traffic)."""
         for name, warmer in self.warmers.items():
             engine = warmer.engine
-            if not isinstance(engine, SGLangEngine):
-                continue
             try:
-                metrics = await engine.server_metrics()
+                if isinstance(engine, SGLangEngine):
+                    counted = stats_from_metrics(await engine.server_metrics()) is not None
+                    fix = "start SGLang with --enable-metrics"
+                elif isinstance(engine, VLLMEngine):
+                    counted = await engine.server_stats() is not None
+                    fix = "start vLLM without --disable-log-stats"
+                else:
+                    continue
             except EngineError:
                 continue  # unreachable now: its stats fail and are skipped window by window
-            if stats_from_metrics(metrics) is None:
+            if not counted:
                 self._unwatched.add(name)
                 log.warning(
                     "--rewarm-below cannot work for %s: its /metrics has no request counters "
-                    "(start SGLang with --enable-metrics); it is kept warm but never re-warmed "
-                    "on a low hit rate",
+                    "(%s); it is kept warm but never re-warmed on a low hit rate",
                     name,
+                    fix,
                 )
 
     def _watched(self) -> list[str]:
@@ -322,8 +343,13 @@ class KeepWarm:
         for name, window, end in zip(names, starts, ends, strict=True):
             if window.start is None or end is None:
                 continue
-            rate = self.live_hit_rate(window.start, end, window.warm_prompt, window.warm_cached)
+            own = window.warm_prompt, window.warm_cached
+            wire = self._windows[name].wire
+            if window.wire is not None and wire is not None:
+                own = wire[0] - window.wire[0], wire[1] - window.wire[1]
+            rate = self.live_hit_rate(window.start, end, *own)
             self.hit_rates[name] = rate
+            self.tier_shares[name] = _tier_share(window.start, end)
             if rate is not None and rate < self.rewarm_below:
                 below.append(name)
         return below
@@ -331,15 +357,32 @@ class KeepWarm:
     async def _new_windows(self, names: Sequence[str]) -> list[EngineStats | None]:
         stats = list(await asyncio.gather(*(self._stats(n) for n in names)))
         for name, now in zip(names, stats, strict=True):
-            self._windows[name] = _Window(now)
+            engine = self.warmers[name].engine
+            wire = None
+            if isinstance(engine, VLLMEngine):
+                wire = engine.flags.prefill_prompt_tokens, engine.flags.prefill_cached_tokens
+            self._windows[name] = _Window(now, wire=wire)
         return stats
 
     async def _stats(self, name: str) -> EngineStats | None:
+        """``name``'s counters: its server's own where its client reads them apart (vLLM)."""
+        engine = self.warmers[name].engine
         try:
-            return await self.warmers[name].engine.stats()
+            if isinstance(engine, VLLMEngine):
+                return await engine.server_stats() or await engine.stats()
+            return await engine.stats()
         except EngineError as exc:
             log.warning("keep-warm: stats of %s failed: %s", name, exc)
             return None
+
+
+def _tier_share(before: EngineStats, after: EngineStats) -> float | None:
+    """The part of the hits between two stats that a lower tier supplied; None: no hits."""
+    hits = after.hit_tokens - before.hit_tokens
+    lower = after.disk_hit_tokens - before.disk_hit_tokens
+    if hits <= 0 or lower < 0:
+        return None
+    return min(lower / hits, 1.0)
 
 
 def _next_due(due: float, period: float, now: float) -> float:

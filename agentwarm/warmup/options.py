@@ -148,11 +148,16 @@ def ready_answer(
     (``agentwarm serve`` and ``agentwarm gateway``): 200 once its plan is warm, 503 before (and
     while closing, or when no worker could be warmed), with the progress
     (:meth:`~agentwarm.warmup.readiness.Readiness.to_dict`) and, with keep-warm, ``keep_warm``:
-    ``{"rounds", "hit_rates"}``; 200 ``{"ready": true}`` without a warm-up."""
+    ``{"rounds", "hit_rates", "tier_shares"}`` (:class:`KeepWarm`'s, per worker); 200
+    ``{"ready": true}`` without a warm-up."""
     body: dict[str, Any] = {"ready": True}
     if keep_warm is not None and keep_warm.readiness is not None:
         body = keep_warm.readiness.to_dict()
         if keep_warm.keep_warm_s is not None or keep_warm.rewarm_below is not None:
-            body["keep_warm"] = {"rounds": keep_warm.rounds, "hit_rates": dict(keep_warm.hit_rates)}
+            body["keep_warm"] = {
+                "rounds": keep_warm.rounds,
+                "hit_rates": dict(keep_warm.hit_rates),
+                "tier_shares": dict(keep_warm.tier_shares),
+            }
     body["ready"] = body["ready"] and not closing
     return (200 if body["ready"] else 503), body

@@ -8,10 +8,14 @@ meanwhile goes first and a worker is never flooded.
 **The budget.** A warm-up never writes more than ``budget_fraction`` (default 0.5) of a worker's
 cache capacity (``EngineStats.capacity_tokens``; unknown capacity: no limit unless
 ``budget_tokens`` is given). So it evicts at most as much as it warms, and never the whole cache
-while the fraction is below 1. Tokens shared by two prefixes count once: a prefix costs its
-length minus its longest common prefix with the prefixes already sent (the engine's radix cache
-stores the shared part once). A prefix that would pass the remaining budget is skipped; later,
-smaller ones may still fit.
+while the fraction is below 1. A worker with a tier below its device cache
+(``EngineStats.tier_enabled``: SGLang HiCache, vLLM KV offloading or a KV connector,
+``LocalEngine(kv_dir=...)``) loses nothing it evicts — the evicted KV spills to the tier and
+comes back cheaper than it is recomputed — so there the fraction is lifted and the budget is the
+whole device capacity (:func:`budget_for`). Tokens shared by two prefixes count once: a prefix
+costs its length minus its longest common prefix with the prefixes already sent (the engine's
+radix cache stores the shared part once). A prefix that would pass the remaining budget is
+skipped; later, smaller ones may still fit.
 
 **Failures.** A worker that fails (unreachable, HTTP error, no answer within its client's
 timeout) ends its warm-up with :attr:`WarmSummary.error` set; nothing is raised, so
@@ -104,11 +108,13 @@ class WarmSummary:
 
 def budget_for(stats: EngineStats, fraction: float) -> int | None:
     """The warm-up budget of a worker: ``fraction`` of its cache capacity, in tokens (``None``
-    when the capacity is unknown). ``fraction`` must be in (0, 1]."""
+    when the capacity is unknown); its whole capacity when it has a lower tier
+    (``stats.tier_enabled``), to which what the warm-up evicts spills. ``fraction`` must be in
+    (0, 1]."""
     check_fraction(fraction)
     if stats.capacity_tokens is None:
         return None
-    return int(stats.capacity_tokens * fraction)
+    return int(stats.capacity_tokens * (1.0 if stats.tier_enabled else fraction))
 
 
 def check_fraction(fraction: float) -> float:

