@@ -273,10 +273,9 @@ class Learner(Sending):
         if self.renderer is None or not self.policy.enabled:
             return
         predictions = self._ranked(session)
-        session.predicted(predictions)
         limits = self.guardrail.limits(self.policy)
         chosen, judged = judged_choice(predictions, policy=self.policy, limits=limits)
-        session.misses.update(judged)
+        session.predicted(predictions, judged)
         if limits.paused:
             return
         for rank, name, p in chosen:  # sent unless the next request comes first

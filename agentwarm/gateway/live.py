@@ -10,7 +10,7 @@ does."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentwarm._spec import Miss, MissReason, PrefetchOutcome
@@ -41,22 +41,33 @@ class LiveSession:
     first_predictions: list[tuple[str, float]] = field(default_factory=list)
     #: The targets chosen to prefetch since the last request (admitted or not).
     prefetched: set[str] = field(default_factory=set)
+    #: The targets the policy's own limits would have chosen since the last request, but the
+    #: guardrail's tightened ones (cautious, paused) held back.
+    held: set[str] = field(default_factory=set)
     context: StepContext | None = None  # what they read: the next transition learns with it
     last: float = 0.0
     #: Why each target ranked since the last request was not prefetched (the latest verdict).
     misses: dict[str, Miss] = field(default_factory=dict)
     ranked: bool = False  # whether the next nodes were ranked since the last request
 
-    def predicted(self, predictions: Sequence[tuple[str, float]]) -> None:
-        """A ranking of the next nodes was made; the step's first one is kept."""
+    def predicted(
+        self, predictions: Sequence[tuple[str, float]], judged: Mapping[str, Miss] | None = None
+    ) -> None:
+        """A ranking of the next nodes was made, and ``judged``: why each of its targets the
+        choice did not take was refused; the step's first ranking is kept, the verdicts
+        replace earlier ones, and what the guardrail held back is scored as chosen."""
         self.ranked = True
         if not self.first_predictions:
             self.first_predictions = list(predictions)
+        if judged:
+            self.misses.update(judged)
+            self.held.update(n for n, m in judged.items() if m.reason is MissReason.GUARDRAIL)
 
     def branch(self, node: str, policy: PrefetchPolicy) -> bool | None:
         """Whether the session's next request (to ``node``) was a branch hit, as the guardrail
         scores it (module docstring); ``None``: nothing to score (no prediction made)."""
-        return prefetched_branch(self.prefetched, self.first_predictions, [node], policy)
+        chosen = self.prefetched | self.held
+        return prefetched_branch(chosen, self.first_predictions, [node], policy)
 
     def miss_of(self, node: str, pending: Prefetch | None, *, enabled: bool) -> Miss:
         """Why the session's next request, to ``node``, was no branch hit (``pending``: its
@@ -81,4 +92,5 @@ class LiveSession:
         """The next request came: what was predicted and chosen for it is spent."""
         self.reply, self.after_reply, self.tool = None, None, None
         self.first_predictions, self.prefetched, self.context = [], set(), None
+        self.held = set()
         self.misses, self.ranked = {}, False
