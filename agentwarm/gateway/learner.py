@@ -10,8 +10,10 @@ Per live request (``on_request``, before it is forwarded; lookups only):
    aborted (their computed tokens are wasted). The transition from the session's previous node
    feeds the predictor (:func:`~agentwarm.predictors.default_predictor`, over node names, with
    the conversation its last prediction read) and the guardrail (a branch hit when this node
-   was among the targets the session chose to prefetch, else among its first predictions:
-   :meth:`~agentwarm.gateway.live.LiveSession.branch`); how this node's conversation
+   was among the targets the session chose to prefetch or the guardrail held back, else among
+   its first predictions, with the probability they promised: :meth:`~agentwarm.gateway.live.
+   LiveSession.branch`, :class:`~agentwarm.runtime.guardrail.CalibratedGuardrail`); how this
+   node's conversation
    relates to the session's last request feeds :class:`~agentwarm.gateway.prompts.Shapes`.
 3. The request is routed to the session's worker.
 
@@ -61,7 +63,7 @@ from agentwarm.gateway.warm import prefill_warm
 from agentwarm.predictors import Predictor, StepContext, default_predictor
 from agentwarm.predictors.context import observe_with, predict_with
 from agentwarm.runtime.admission import Admission, Limits
-from agentwarm.runtime.guardrail import Guardrail
+from agentwarm.runtime.guardrail import CalibratedGuardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.misses import judged_choice
 
@@ -111,7 +113,7 @@ class Learner(Sending):
         self.session_idle_s = session_idle_s
         self.tracer = tracer or GatewayTracer()
         self._clock = clock
-        self.guardrail = Guardrail()
+        self.guardrail = CalibratedGuardrail()
         self.admission = Admission(clock=clock).bind(Limits.of(self.policy, capacity_tokens))
         self._sessions: OrderedDict[str, LiveSession] = OrderedDict()
         self._live: dict[str, Step] = {}
@@ -156,11 +158,11 @@ class Learner(Sending):
             enabled = self.renderer is not None and self.policy.enabled
             step.miss = session.miss_of(head.name, hit, enabled=enabled)
         self._settle(session)
-        # Scored as the runtime scores a step (rules.prefetched_branch): on the targets chosen
-        # to prefetch, else (paused: so recovery is seen) on the first predictions.
+        # Scored on the targets chosen to prefetch or held back by the guardrail (so recovery
+        # is seen), else (nothing chosen) on the first predictions; against what they promised.
         scored = session.branch(head.name, self.policy)
         if scored is not None:
-            self.guardrail.observe(scored, self.policy)
+            self.guardrail.observe(scored[0], self.policy, promised=scored[1])
         learned = self.models.of(tag)
         if session.path:
             shape = classify(points, session.points, session.after_reply)
@@ -273,10 +275,9 @@ class Learner(Sending):
         if self.renderer is None or not self.policy.enabled:
             return
         predictions = self._ranked(session)
-        session.predicted(predictions)
         limits = self.guardrail.limits(self.policy)
         chosen, judged = judged_choice(predictions, policy=self.policy, limits=limits)
-        session.misses.update(judged)
+        session.predicted(predictions, judged, chosen)
         if limits.paused:
             return
         for rank, name, p in chosen:  # sent unless the next request comes first

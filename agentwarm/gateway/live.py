@@ -2,15 +2,18 @@
 (:class:`LiveSession`), and how the guardrail scores a session's step on it
 (:meth:`LiveSession.branch`): as the runtime scores a run's step
 (:func:`~agentwarm.runtime.prefetch.rules.prefetched_branch`), on the targets the session chose
-to prefetch after its last reply (whether admission let them through or not), else, when it
-prefetched nothing (speculation paused, or nothing worth it), on its first predictions. Why a
-session's next request missed (:meth:`LiveSession.miss_of`) is read from the verdicts its
+to prefetch after its last reply (whether admission let them through or not) and those the
+policy's own limits would have chosen but a cautious or paused guardrail held back (a tightened
+guardrail judged by its own narrower choice could not see the predictions recover), else, when
+nothing was chosen (all priced out), on its first predictions; with the probability that choice
+promised (:class:`~agentwarm.runtime.guardrail.CalibratedGuardrail` compares the hits with it).
+Why a session's next request missed (:meth:`LiveSession.miss_of`) is read from the verdicts its
 rankings and sends left (``misses``), as the runtime's :mod:`~agentwarm.runtime.prefetch.misses`
 does."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentwarm._spec import Miss, MissReason, PrefetchOutcome
@@ -18,7 +21,7 @@ from agentwarm.chat import Message
 from agentwarm.gateway.records import Prefetch
 from agentwarm.gateway.tenants import DEFAULT_TENANT, Tenant
 from agentwarm.predictors import StepContext
-from agentwarm.runtime.policy import PrefetchPolicy
+from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
 from agentwarm.runtime.prefetch.rules import prefetched_branch
 
 __all__ = ("LiveSession",)
@@ -41,22 +44,50 @@ class LiveSession:
     first_predictions: list[tuple[str, float]] = field(default_factory=list)
     #: The targets chosen to prefetch since the last request (admitted or not).
     prefetched: set[str] = field(default_factory=set)
+    #: The targets the policy's own limits would have chosen since the last request, but the
+    #: guardrail's tightened ones (cautious, paused) held back.
+    held: set[str] = field(default_factory=set)
+    #: The probability the step's choice put on the targets it is scored on (``predicted``).
+    promised: float = 0.0
     context: StepContext | None = None  # what they read: the next transition learns with it
     last: float = 0.0
     #: Why each target ranked since the last request was not prefetched (the latest verdict).
     misses: dict[str, Miss] = field(default_factory=dict)
     ranked: bool = False  # whether the next nodes were ranked since the last request
 
-    def predicted(self, predictions: Sequence[tuple[str, float]]) -> None:
-        """A ranking of the next nodes was made; the step's first one is kept."""
+    def predicted(
+        self,
+        predictions: Sequence[tuple[str, float]],
+        judged: Mapping[str, Miss] | None = None,
+        chosen: Sequence[tuple[int, str, float]] = (),
+    ) -> None:
+        """A ranking of the next nodes was made, its ``chosen`` candidates ``(rank, name, p)``
+        and ``judged``: why each of its targets the choice did not take was refused. The step's
+        first ranking is kept, the verdicts replace earlier ones, what the guardrail held back
+        is scored as chosen, and the probability the choice promised is the most any ranking's
+        did (what it chose and what the guardrail held back)."""
         self.ranked = True
         if not self.first_predictions:
             self.first_predictions = list(predictions)
+        judged = judged or {}
+        self.misses.update(judged)
+        held = {n: m.p or 0.0 for n, m in judged.items() if m.reason is MissReason.GUARDRAIL}
+        self.held.update(held)
+        self.promised = max(self.promised, sum(p for _, _, p in chosen) + sum(held.values()))
 
-    def branch(self, node: str, policy: PrefetchPolicy) -> bool | None:
+    def branch(self, node: str, policy: PrefetchPolicy) -> tuple[bool, float] | None:
         """Whether the session's next request (to ``node``) was a branch hit, as the guardrail
-        scores it (module docstring); ``None``: nothing to score (no prediction made)."""
-        return prefetched_branch(self.prefetched, self.first_predictions, [node], policy)
+        scores it (module docstring), and the probability the candidates it was scored on
+        promised; ``None``: nothing to score (no prediction made)."""
+        chosen = self.prefetched | self.held
+        hit = prefetched_branch(chosen, self.first_predictions, [node], policy)
+        if hit is None:
+            return None
+        if chosen:
+            return hit, self.promised
+        p = policy  # scored on the first predictions: what the policy's limits take of them
+        top = choose_candidates(self.first_predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p)
+        return hit, sum(q for _, _, q in top)
 
     def miss_of(self, node: str, pending: Prefetch | None, *, enabled: bool) -> Miss:
         """Why the session's next request, to ``node``, was no branch hit (``pending``: its
@@ -81,4 +112,5 @@ class LiveSession:
         """The next request came: what was predicted and chosen for it is spent."""
         self.reply, self.after_reply, self.tool = None, None, None
         self.first_predictions, self.prefetched, self.context = [], set(), None
+        self.held, self.promised = set(), 0.0
         self.misses, self.ranked = {}, False

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from agentwarm.runtime.policy import PrefetchPolicy
 
-__all__ = ("Guardrail", "Level", "Limits")
+__all__ = ("CalibratedGuardrail", "Guardrail", "Level", "Limits")
 
 
 class Level(StrEnum):
@@ -55,18 +55,27 @@ class Guardrail:
         self.level = Level.NORMAL
         self.observations = 0
 
+    @property
+    def score(self) -> float:
+        """What the levels' bounds are compared with: the EWMA of branch hits."""
+        return self.ewma
+
     def observe(self, hit: bool, policy: PrefetchPolicy) -> Level:
         """Score one transition (``hit``: the actual next node was among the candidates) with
         ``policy``'s EWMA weight and bounds; the new level."""
         p = policy
         self.observations += 1
         self.ewma += p.ewma_alpha * ((1.0 if hit else 0.0) - self.ewma)
-        if self.ewma < p.pause_below:
+        return self._move(p)
+
+    def _move(self, p: PrefetchPolicy) -> Level:
+        score = self.score
+        if score < p.pause_below:
             self.level = Level.PAUSED
-        elif self.ewma < p.guardrail_threshold:
-            if self.level is Level.NORMAL or self.ewma >= p.pause_below + p.hysteresis:
+        elif score < p.guardrail_threshold:
+            if self.level is Level.NORMAL or score >= p.pause_below + p.hysteresis:
                 self.level = Level.CAUTIOUS
-        elif self.ewma >= p.guardrail_threshold + p.hysteresis or self.level is Level.NORMAL:
+        elif score >= p.guardrail_threshold + p.hysteresis or self.level is Level.NORMAL:
             self.level = Level.NORMAL
         elif self.level is Level.PAUSED:
             self.level = Level.CAUTIOUS
@@ -80,3 +89,31 @@ class Guardrail:
         if self.level is Level.CAUTIOUS:
             return Limits(top_n=1, min_p=max(p.min_p, p.cautious_min_p), paused=False)
         return Limits(top_n=p.top_n, min_p=p.min_p, paused=False, top_p=p.top_p)
+
+
+class CalibratedGuardrail(Guardrail):
+    """A guardrail for candidates chosen by expected value: it compares the branch hits with
+    the probability the choice promised (the mass of the candidates it took), not with 1.
+
+    A choice by value refuses unlikely candidates on purpose, so a well-calibrated predictor's
+    branch hit rate is the mass it took, often below ``guardrail_threshold``; backing off then
+    throws away candidates worth their cost. What speculation must be protected from is
+    predictions more confident than they turn out (the spend rule trusts their ``p``): the
+    levels compare ``score = EWMA(hits) / EWMA(promised)`` (at most 1) with the policy's
+    bounds. Both EWMAs start at 1.0 (optimistic, as the base's).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.promised = 1.0
+
+    @property
+    def score(self) -> float:
+        """``EWMA(hits) / EWMA(promised)``, at most 1 (1 when nothing was promised)."""
+        return min(1.0, self.ewma / self.promised) if self.promised > 0 else 1.0
+
+    def observe(self, hit: bool, policy: PrefetchPolicy, promised: float = 1.0) -> Level:
+        """Score one transition: ``hit`` as the base's, ``promised`` the probability (in [0,
+        1]) that the candidates it was scored on held the actual next node."""
+        self.promised += policy.ewma_alpha * (min(1.0, max(0.0, promised)) - self.promised)
+        return super().observe(hit, policy)

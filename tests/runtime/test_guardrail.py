@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from agentwarm.runtime.guardrail import Guardrail, Level
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentwarm.runtime.guardrail import CalibratedGuardrail, Guardrail, Level
 from agentwarm.runtime.policy import PrefetchPolicy
 
 
@@ -70,3 +73,49 @@ def test_policy_is_the_callers_not_the_guardrails():
     assert g.level is Level.CAUTIOUS and g.ewma == 0.5
     assert (g.limits(wide).top_n, g.limits(wide).min_p) == (1, wide.cautious_min_p)
     assert g.limits(PrefetchPolicy.disabled()).paused and not g.limits(wide).paused
+
+
+def test_calibrated_guardrail_stays_normal_when_hits_are_what_was_promised():
+    # A choice by value that takes 0.6 of the probability and hits 3 steps in 5 (0.6): the
+    # base guardrail backs off (0.6 < 0.7), the calibrated one sees no overconfidence.
+    policy = PrefetchPolicy(ewma_alpha=0.1)
+    plain, calibrated = Guardrail(), CalibratedGuardrail()
+    for hit in [True, True, False, True, False] * 20:
+        plain.observe(hit, policy)
+        calibrated.observe(hit, policy, promised=0.6)
+    assert plain.level is Level.CAUTIOUS
+    assert calibrated.level is Level.NORMAL
+    assert abs(calibrated.promised - 0.6) < 1e-4
+    assert calibrated.score >= 0.7 + policy.hysteresis
+
+
+def test_calibrated_guardrail_pauses_on_overconfident_predictions_and_recovers():
+    policy = PrefetchPolicy(ewma_alpha=0.2)
+    g = CalibratedGuardrail()
+    levels = [g.observe(False, policy, promised=0.9) for _ in range(10)]
+    assert Level.CAUTIOUS in levels and levels[-1] is Level.PAUSED
+    ups = [g.observe(True, policy, promised=0.9) for _ in range(20)]
+    assert ups.index(Level.CAUTIOUS) < ups.index(Level.NORMAL) and ups[-1] is Level.NORMAL
+
+
+def test_calibrated_score_exact():
+    policy = PrefetchPolicy(ewma_alpha=0.5)
+    g = CalibratedGuardrail()
+    g.observe(False, policy, promised=0.5)  # hits 0.5, promised 0.75
+    assert (g.ewma, g.promised) == (0.5, 0.75)
+    assert abs(g.score - 2 / 3) < 1e-12
+    assert g.level is Level.CAUTIOUS  # 0.667 < 0.7
+    g.observe(True, policy, promised=0.25)  # hits 0.75, promised 0.5: capped at 1
+    assert (g.ewma, g.promised, g.score) == (0.75, 0.5, 1.0)
+    assert g.level is Level.NORMAL
+    g.promised = 0.0
+    assert g.score == 1.0  # nothing promised: nothing to fall short of
+
+
+@given(st.lists(st.tuples(st.booleans(), st.floats(-1.0, 2.0)), max_size=60))
+def test_calibrated_score_is_a_fraction(steps: list[tuple[bool, float]]):
+    policy = PrefetchPolicy()
+    g = CalibratedGuardrail()
+    for hit, promised in steps:
+        g.observe(hit, policy, promised=promised)
+        assert 0.0 <= g.score <= 1.0 and 0.0 <= g.promised <= 1.0
