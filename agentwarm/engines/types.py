@@ -126,7 +126,9 @@ class EngineStats:
     ``hit_tokens / prompt_tokens`` stays the hit rate of the work done.
 
     The ``tier_*`` fields describe a disk KV tier (``LocalEngine(kv_dir=...)``); engines without
-    one keep the defaults. ``disk_hit_tokens`` are the part of ``hit_tokens`` loaded from disk;
+    one keep the defaults. ``disk_hit_tokens`` are the part of ``hit_tokens`` loaded from a tier
+    below the device cache: the disk tier of ``LocalEngine``; for a vLLM server every source of
+    ``vllm:prompt_tokens_cached_by_source_total`` but ``device`` (host, disk, p2p, a connector's);
     ``tier_bytes_written`` / ``tier_bytes_read`` / ``tier_stored_bytes`` are the tier's own
     counters since it was opened (a flush does not zero them); ``tier_loads_refused`` counts
     loads refused because recomputing was measured to be faster; ``tier_enabled`` is ``None``
