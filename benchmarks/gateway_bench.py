@@ -23,8 +23,10 @@ Each mode gets a fresh upstream, ``agentwarm serve``'s app on a new engine of th
 the ``small`` preset costs on 2 CPU cores; ``--engine local --model small``: the real one),
 served by uvicorn on loopback in this process's event loop (client, gateway and upstream share
 one thread; requests are sequential, so their CPU time adds up as it would across processes):
-``direct`` sends to it, ``gateway`` to the gateway app (its learner, no saved state) in front
-of it. No session or node header is sent: the gateway infers both, as for a plain client.
+``direct`` sends to it, ``next_turn`` too and, after each reply, Dynamo's next-turn warm
+(:mod:`benchmarks.gateway_nextturn`), ``gateway`` to the gateway app (its learner, no saved
+state) in front of it. No session or node header is sent: the gateway infers both, as for a
+plain client.
 TTFT is measured by the client: request sent to the first chunk with content or a tool call
 (the local engine holds a reply with tools until it is parsed, so its TTFT includes the 8
 output tokens, in both modes).
@@ -183,13 +185,14 @@ async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) 
             before = {k.replace("next_turn_", "nt_"): v for k, v in turn.figures().items()}
         samples = await replay(target, rp.workload, rp.measured, **kw)
         after = target.learner.stats() if target.learner else {}
-        warms: dict[str, int] = {}
+        warms: dict[str, int | None] = {}
         if turn is not None:
             await turn.drain()
             await turn.engine.aclose()
             warms = {
                 k: v - before[k.replace("next_turn_", "nt_")] for k, v in turn.figures().items()
             }
+            warms["wasted_tokens"] = None  # its warms are not paired with requests here
             before = {}
         gateway = target.gateway_summary()
     errors = [s.error for s in (*warm, *samples) if s.error is not None]
