@@ -7,14 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from agentwarm.bench import BenchConfig, PromptSizes, Workload, load_episodes, run_bench
+from agentwarm.bench.conversations import RESPOND
 from agentwarm.bench.report import BenchReport
 from agentwarm.cli import app
 from agentwarm.engines.fake import FakeEngine
 from agentwarm.engines.types import Priority
 from agentwarm.runtime.prompt import render_system
+from tests.bench.conversation_checks import EXCERPT
 from tests.bench.fake_args import bench_args
 
 SIZES = PromptSizes(
@@ -63,6 +66,7 @@ def _cached(report: BenchReport, mode: str) -> list[list[int]]:
     return [[st.cached_tokens for st in r.steps] for r in report.runs[mode].results]
 
 
+@pytest.mark.slow
 async def test_one_warm_per_reply_at_live_priority_without_tools(tmp_path: Path) -> None:
     engines = Engines()
     report = await run_bench(_config(tmp_path, "shared"), engines)
@@ -129,6 +133,7 @@ async def test_the_same_agents_next_turn_is_warmed_another_agents_head_is_not(
     assert nt["live_computed_tokens"] < report.modes["reactive"]["live_computed_tokens"]
 
 
+@pytest.mark.slow
 def test_the_cli_reports_next_turn_beside_the_other_modes(tmp_path: Path) -> None:
     args = bench_args(tmp_path, ROWS, "reactive,next_turn,agentwarm,oracle", "--json")
     result = CliRunner().invoke(app, args)
@@ -142,3 +147,35 @@ def test_the_cli_reports_next_turn_beside_the_other_modes(tmp_path: Path) -> Non
     table = CliRunner().invoke(app, args[:-1])
     assert table.exit_code == 0, table.output
     assert "next_turn miss reasons: not_predicted" in table.output
+
+
+async def test_a_replayed_conversation_warms_after_each_real_assistant_turn() -> None:
+    """A real conversation (subagent layout): the recorded assistant turn is the reply. The
+    entry (the user's opening) replies nothing, so each run's first LLM call has no warm; a
+    reply of the plain ``respond`` node followed by ``respond`` again is wholly found."""
+    config = BenchConfig(
+        conversations=EXCERPT,
+        layout="subagent",
+        test_fraction=1.0,
+        think="const:0.02",
+        modes=("reactive", "next_turn"),
+    )
+    report = await run_bench(config, Engines())
+    log = report.runs["next_turn"].next_turn
+    assert log is not None
+    runs = report.runs["next_turn"].results
+    assert len(log.warms) == sum(len(r.steps) - 1 for r in runs)
+    repeats = 0
+    for run in runs:
+        calls = [st for st in run.steps if st.llm_calls]
+        assert log.for_live(run.run_id, 0) is None
+        for index in range(1, len(calls)):
+            warm = log.for_live(run.run_id, index)
+            assert warm is not None and warm.covered is not None and not warm.failed
+            if calls[index].node == calls[index - 1].node == RESPOND:
+                repeats += 1
+                assert calls[index].cached_tokens == warm.covered == warm.tokens
+    assert repeats > 0
+    nt = report.modes["next_turn"]
+    assert nt["miss_reasons"]["not_predicted"] >= len(runs)
+    assert nt["prefetch_hits"] >= repeats
