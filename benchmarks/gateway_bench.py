@@ -23,8 +23,10 @@ Each mode gets a fresh upstream, ``agentwarm serve``'s app on a new engine of th
 the ``small`` preset costs on 2 CPU cores; ``--engine local --model small``: the real one),
 served by uvicorn on loopback in this process's event loop (client, gateway and upstream share
 one thread; requests are sequential, so their CPU time adds up as it would across processes):
-``direct`` sends to it, ``gateway`` to the gateway app (its learner, no saved state) in front
-of it. No session or node header is sent: the gateway infers both, as for a plain client.
+``direct`` sends to it, ``next_turn`` too and, after each reply, Dynamo's next-turn warm
+(:mod:`benchmarks.gateway_nextturn`), ``gateway`` to the gateway app (its learner, no saved
+state) in front of it. No session or node header is sent: the gateway infers both, as for a
+plain client.
 TTFT is measured by the client: request sent to the first chunk with content or a tool call
 (the local engine holds a reply with tools until it is parsed, so its TTFT includes the 8
 output tokens, in both modes).
@@ -83,9 +85,10 @@ from typing import Any
 from agentwarm.bench.config import PROFILES as BENCH_PROFILES
 from agentwarm.bench.workload import LAYOUTS, PromptSizes, ThinkTime
 from agentwarm.engines.base import new_rid
-from agentwarm.engines.registry import VLLM_PREFIX
+from agentwarm.engines.registry import VLLM_PREFIX, open_engine
 from agentwarm.errors import ConfigError
 from agentwarm.stats.definitions import percentile
+from benchmarks.gateway_nextturn import NextTurnClient
 from benchmarks.gateway_overhead import measure_overhead
 from benchmarks.gateway_replay import (
     EngineSpec,
@@ -154,18 +157,43 @@ def _delta(before: dict[str, Any], after: dict[str, Any], key: str) -> int:
     return int(after.get(key) or 0) - int(before.get(key) or 0)
 
 
+async def _next_turn(spec: EngineSpec, url: str, salt: str | None) -> NextTurnClient:
+    """The ``next_turn`` mode's warm sender: a client of the upstream at ``url``."""
+    where = VLLM_PREFIX + url if spec.kind == "vllm" else url
+    engine = await open_engine(where, spec.model)
+    return NextTurnClient(engine, renderer_for(spec).chat, salt=salt)
+
+
 async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[str, Any]:
-    """One mode (``direct`` or ``learner``) on a fresh upstream (on a shared vLLM server: in a
-    ``cache_salt`` of its own): warm-up, then measured."""
+    """One mode (``direct``, ``next_turn``: direct plus Dynamo's next-turn warm after each reply,
+    :mod:`benchmarks.gateway_nextturn`, or ``learner``) on a fresh upstream (on a shared vLLM
+    server: in a ``cache_salt`` of its own): warm-up, then measured."""
     t0 = time.perf_counter()
     renderer = renderer_for(spec) if kind == "learner" else None
     salt = f"bench-{new_rid()}-{kind}" if spec.kind == "vllm" else None
     tools = spec.takes_tools
-    async with stack(kind, spec, renderer, salt=salt) as target:
-        warm = await replay(target, rp.workload, rp.warmup, max_tokens=max_tokens, tools=tools)
+    async with stack(
+        "direct" if kind == "next_turn" else kind, spec, renderer, salt=salt
+    ) as target:
+        turn = await _next_turn(spec, target.url, salt) if kind == "next_turn" else None
+        hook = turn.after_reply if turn is not None else None
+        kw: dict[str, Any] = dict(max_tokens=max_tokens, tools=tools, after=hook)
+        warm = await replay(target, rp.workload, rp.warmup, **kw)
         before = target.learner.stats() if target.learner else {}
-        samples = await replay(target, rp.workload, rp.measured, max_tokens=max_tokens, tools=tools)
+        if turn is not None:
+            await turn.drain()
+            before = {k.replace("next_turn_", "nt_"): v for k, v in turn.figures().items()}
+        samples = await replay(target, rp.workload, rp.measured, **kw)
         after = target.learner.stats() if target.learner else {}
+        warms: dict[str, int | None] = {}
+        if turn is not None:
+            await turn.drain()
+            await turn.engine.aclose()
+            warms = {
+                k: v - before[k.replace("next_turn_", "nt_")] for k, v in turn.figures().items()
+            }
+            warms["wasted_tokens"] = None  # its warms are not paired with requests here
+            before = {}
         gateway = target.gateway_summary()
     errors = [s.error for s in (*warm, *samples) if s.error is not None]
     samples = [s for s in samples if s.error is None]
@@ -195,6 +223,7 @@ async def run_mode(kind: str, rp: Replay, spec: EngineSpec, *, max_tokens: int) 
             for k, n in (after.get("miss_reasons") or {}).items()
         },
         "gateway_overhead_p50_ms": None if overhead is None else overhead * 1000,
+        **warms,  # next_turn: its warms over the measured conversations
         "elapsed_s": time.perf_counter() - t0,
     }
 
@@ -206,9 +235,13 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 async def run_layout(rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[str, Any]:
     """Both modes of one layout, one after the other, and the gateway/direct ratios."""
     direct = await run_mode("direct", rp, spec, max_tokens=max_tokens)
+    next_turn = await run_mode("next_turn", rp, spec, max_tokens=max_tokens)
     gateway = await run_mode("learner", rp, spec, max_tokens=max_tokens)
     ratios = {
         q: _ratio(gateway[f"ttft_{q}_s"], direct[f"ttft_{q}_s"]) for q in ("mean", "p50", "p95")
+    }
+    vs_next_turn = {
+        q: _ratio(gateway[f"ttft_{q}_s"], next_turn[f"ttft_{q}_s"]) for q in ("mean", "p50", "p95")
     }
     goal = GOALS[rp.workload.layout]
     hit_rate = gateway["branch_hit_rate"]
@@ -218,8 +251,10 @@ async def run_layout(rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[s
         "warmup_conversations": len(rp.warmup),
         "measured_conversations": len(rp.measured),
         "direct": direct,
+        "next_turn": next_turn,
         "gateway": gateway,
         "ttft_ratio": ratios,
+        "ttft_ratio_vs_next_turn": vs_next_turn,
         "goal_ratio": goal,
         "goal_met": ratios["mean"] is not None and ratios["mean"] <= goal,
         "hit_goal": HIT_GOAL,

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -338,6 +338,8 @@ class Sample:
     prompt_tokens: int
     cached_tokens: int
     error: str | None = None
+    #: The reply's streamed text (its content deltas).
+    text: str = ""
 
 
 async def ask(target: Stack, body: dict[str, Any], *, max_tokens: int) -> Sample:
@@ -354,17 +356,19 @@ async def ask(target: Stack, body: dict[str, Any], *, max_tokens: int) -> Sample
     )
     ttft: float | None = None
     prompt = cached = 0
+    text: list[str] = []
     async for chunk in stream:
-        if ttft is None and chunk.choices:
+        if chunk.choices:
             delta = chunk.choices[0].delta
-            if delta.content or delta.tool_calls:
+            if ttft is None and (delta.content or delta.tool_calls):
                 ttft = time.perf_counter() - t0
+            text.append(delta.content or "")
         if chunk.usage is not None:
             prompt = chunk.usage.prompt_tokens
             details = chunk.usage.prompt_tokens_details
             cached = (details.cached_tokens or 0) if details is not None else 0
     total = time.perf_counter() - t0
-    return Sample(ttft if ttft is not None else total, total, prompt, cached)
+    return Sample(ttft if ttft is not None else total, total, prompt, cached, text="".join(text))
 
 
 async def replay(
@@ -374,10 +378,11 @@ async def replay(
     *,
     max_tokens: int,
     tools: bool = True,
+    after: Callable[[dict[str, Any], str], None] | None = None,
 ) -> list[Sample]:
     """The conversations of ``scripts`` one after another, each request after its think time
     (:func:`without_tools` unless ``tools``); a request the SDK raises for is a sample with its
-    ``error``."""
+    ``error``. ``after(body, text)`` is called when a reply has ended (not after an error)."""
     samples: list[Sample] = []
     for script in scripts:
         for think_s, body in requests_of(workload, script, tools=tools):
@@ -386,6 +391,8 @@ async def replay(
             t0 = time.perf_counter()
             try:
                 samples.append(await ask(target, body, max_tokens=max_tokens))
+                if after is not None:
+                    after(body, samples[-1].text)
             except openai.APIError as exc:  # counted as the client's error; the replay goes on
                 spent = time.perf_counter() - t0
                 samples.append(Sample(spent, spent, 0, 0, error=f"{type(exc).__name__}: {exc}"))

@@ -38,17 +38,24 @@ def render(report: dict[str, Any]) -> str:
         ("client errors", "client_errors", ""),
     ]
     for layout, lay in report["layouts"].items():
-        d, g = lay["direct"], lay["gateway"]
+        d, g, n = lay["direct"], lay["gateway"], lay.get("next_turn", {})
         lines.append(
             f"{layout} layout: {lay['measured_conversations']} conversations measured "
             f"({d['requests']} requests) after {lay['warmup_conversations']} warm-up"
         )
-        lines.append(f"  {'':<22}{'direct':>12}{'gateway':>12}{'ratio':>9}")
+        lines.append(f"  {'':<22}{'direct':>12}{'next_turn':>12}{'gateway':>12}{'ratio':>9}")
         for label, key, unit in rows:
             ratio = lay["ttft_ratio"].get(key[5:-2]) if key.startswith("ttft_") else None
             lines.append(
-                f"  {label:<22}{_fmt(d[key], unit):>12}{_fmt(g[key], unit):>12}"
-                f"{_fmt(ratio, 'x') if ratio is not None else '':>9}"
+                f"  {label:<22}{_fmt(d[key], unit):>12}{_fmt(n.get(key), unit):>12}"
+                f"{_fmt(g[key], unit):>12}{_fmt(ratio, 'x') if ratio is not None else '':>9}"
+            )
+        if n:
+            vs = lay["ttft_ratio_vs_next_turn"]["mean"]
+            lines.append(
+                f"  next_turn: {n['next_turn_warms']} warms ({n['next_turn_failed']} failed), "
+                f"{n['next_turn_computed_tokens']} tokens computed; gateway/next_turn mean "
+                f"TTFT {_fmt(vs, 'x')}"
             )
         if g.get("miss_reasons") is not None:
             shown = ", ".join(f"{k} {n}" for k, n in g["miss_reasons"].items() if n) or "none"

@@ -1,8 +1,10 @@
 """``agentwarm bench``: replay recorded agent trajectories and compare prefix-cache strategies.
 
-The same test episodes run in four modes, each on a fresh engine of the same model: ``cold``
-(no prefix reuse), ``reactive`` (radix cache only, SGLang's default), ``agentwarm`` (speculative
-prefetching with the learned predictor) and ``oracle`` (prefetching exactly the true next step).
+The same test episodes run in five modes, each on a fresh engine of the same model: ``cold``
+(no prefix reuse), ``reactive`` (radix cache only, SGLang's default), ``next_turn`` (NVIDIA
+Dynamo's speculative next-turn prefill: one warm of the same conversation after each reply),
+``agentwarm`` (speculative prefetching with the learned predictor) and ``oracle`` (prefetching
+exactly the true next step).
 The report gives TTFT, episode makespan, prefill work (useful vs wasted), acceptance ratio and
 branch hit rate per mode, and ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle).
 

@@ -2,6 +2,9 @@
 
 * ``cold`` — no prefix reuse at all (every request in a fresh namespace), no speculation.
 * ``reactive`` — the engine's radix cache, no speculation: what SGLang does on its own.
+* ``next_turn`` — the closest shipped peer, NVIDIA Dynamo's speculative next-turn prefill
+  (:mod:`agentwarm.bench.nextturn`): after each reply, one ``max_tokens=1`` request warms the
+  same conversation's next turn; no predictor, no policy.
 * ``agentwarm`` — the given :class:`PrefetchPolicy` with the default learned predictor, learning
   online from the episodes replayed before (optionally fitted on the training split first).
 * ``oracle`` — the same policy and timing with :class:`OraclePredictor`, which always names the
@@ -18,6 +21,7 @@ from typing import Any, Self
 from agentwarm._spec import END
 from agentwarm.bench.inputs import Episode
 from agentwarm.bench.metered import MeteredEngine, RequestRecord
+from agentwarm.bench.nextturn import NEXT_TURN_KEY, NextTurnEngine, NextTurnLog
 from agentwarm.bench.workload import SCRIPT_KEY, EpisodeScript, Workload
 from agentwarm.engines.base import Engine, EngineStats
 from agentwarm.predictors import Predictor, default_predictor
@@ -26,7 +30,7 @@ from agentwarm.runtime import PrefetchPolicy, RunResult
 
 __all__ = ("MODES", "ModeRun", "OraclePredictor", "pretrain", "run_mode")
 
-MODES: tuple[str, ...] = ("cold", "reactive", "agentwarm", "oracle")
+MODES: tuple[str, ...] = ("cold", "reactive", "next_turn", "agentwarm", "oracle")
 
 
 class OraclePredictor:
@@ -91,6 +95,7 @@ class ModeRun:
     reports them. ``accounted_think_s`` holds, per episode, the think time that was accounted
     instead of slept (all zeros when every think time was slept). ``peak_rss_mib`` is the
     process's peak resident set once the mode's engine was released (set by the caller).
+    ``next_turn`` is the ``next_turn`` mode's warms (``None`` for the other modes).
     """
 
     mode: str
@@ -101,6 +106,7 @@ class ModeRun:
     pretrained_transitions: int = 0
     accounted_think_s: list[float] = field(default_factory=list)
     peak_rss_mib: float | None = None
+    next_turn: NextTurnLog | None = None
 
 
 def _delta(before: EngineStats | None, after: EngineStats | None) -> dict[str, int] | None:
@@ -136,11 +142,14 @@ async def run_mode(
     warmed up with one short request in another namespace first. With ``fast_baselines``,
     ``cold`` and ``reactive`` (which never use the engine while a step thinks) do not sleep
     their think times; each episode's think time is added to its makespan instead.
-    ``on_episode(mode, done, total)`` is called after each episode.
+    ``next_turn`` uses the engine while a step thinks (its warm), so it always sleeps them;
+    its warms are awaited at the end of each episode. ``on_episode(mode, done, total)`` is
+    called after each episode.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
-    metered = MeteredEngine(engine, isolate=mode == "cold")
+    next_turn = NextTurnEngine(engine, system=workload.system) if mode == "next_turn" else None
+    metered = next_turn or MeteredEngine(engine, isolate=mode == "cold")
     predictor: Predictor
     trained = 0
     if mode == "oracle":
@@ -150,7 +159,7 @@ async def run_mode(
         if mode == "agentwarm" and train:
             trained = pretrain(predictor, workload, train)
     speculate = mode in ("agentwarm", "oracle")
-    if fast_baselines and not speculate:
+    if fast_baselines and mode in ("cold", "reactive"):
         scripts = [replace(s, sleep_think=False) for s in scripts]
     run_policy = policy if speculate else PrefetchPolicy.disabled()
     if mode == "oracle":
@@ -169,10 +178,12 @@ async def run_mode(
                 "",
                 engine=metered,
                 policy=run_policy,
-                state={SCRIPT_KEY: script},
+                state={SCRIPT_KEY: script, **({NEXT_TURN_KEY: next_turn} if next_turn else {})},
                 namespace=namespace,
             )
         )
+        if next_turn is not None:
+            await next_turn.drain()
         if on_episode is not None:
             on_episode(mode, i + 1, len(scripts))
     wall = time.perf_counter() - t0
@@ -185,4 +196,5 @@ async def run_mode(
         engine_stats=_delta(before, after),
         pretrained_transitions=trained,
         accounted_think_s=[0.0 if s.sleep_think else sum(s.think_s) for s in scripts],
+        next_turn=next_turn.log if next_turn is not None else None,
     )

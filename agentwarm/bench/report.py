@@ -19,8 +19,6 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
   after the first, :attr:`RequestRecord.itl_s`), mean and percentiles over those requests
   (``None`` when none has one); ``itl_slowdown_vs_reactive`` = agentwarm / reactive mean ITL:
   what speculation running beside the live requests costs their decoding.
-* ``gap_closed`` = (reactive − agentwarm) / (reactive − oracle) on mean TTFT;
-  ``ttft_speedup_vs_reactive`` = reactive / agentwarm mean TTFT; the makespan one likewise.
 * Mid-decode hints (:mod:`agentwarm.stats.hints`): ``hint_steps`` steps had a successor named
   by their streamed output before they ended, ``hints_right`` of those hints named one of the
   step's actual next nodes; ``hint_lead_mean_s`` / ``hint_lead_p50_s``: mean / median seconds
@@ -28,16 +26,14 @@ Definitions (those of :mod:`agentwarm.stats.definitions`, shared with runs and t
   ``hint_gain_p50_s``: of seconds from the hint to the end of the LLM call it was read from
   (what reading mid-decode gained over reading the finished output). The table shows them in
   ms.
-* ``gap_to_oracle``: where agentwarm's mean TTFT exceeds the oracle's. Both modes replay the
-  same steps in the same order, so the steps pair up; each pair's TTFT difference is put under
-  agentwarm's outcome for that step (``hit``: its node was prefetched, ``miss``: not, ``none``:
-  a run's first step) and summed over the pairs, divided by the number of pairs: the parts add
-  up to the difference of the two means (``total_s``). ``steps`` counts the pairs per outcome;
-  ``by_reason_s`` / ``reason_steps`` split the same sum by agentwarm's miss reason (``paid``: a
-  hit that found its whole prefix cached, ``first``: a run's first step).
+* ``gap_closed``, the speedups and ``gap_to_oracle``: :mod:`agentwarm.bench.headline`.
 * ``miss_reasons`` (:class:`~agentwarm._spec.MissReason`): a mode's branch misses and short hits
   (``short_hits``: hits that did not find their whole prefetched prefix cached) by reason; they
   add up to the misses plus the short hits.
+* ``next_turn``'s ``branch_hit_rate``, ``miss_reasons``, ``short_hits``, ``acceptance_ratio``,
+  ``prefetches_issued`` and ``wasted_tokens`` score its warms instead
+  (:mod:`agentwarm.bench.nextturn_figures`, which adds ``next_turn_*`` keys); its
+  ``computed_tokens`` include the warms'.
 """
 
 from __future__ import annotations
@@ -52,7 +48,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agentwarm._fmt import reasons
+from agentwarm.bench.headline import gap_to_oracle, headline
 from agentwarm.bench.modes import MODES, ModeRun
+from agentwarm.bench.nextturn_figures import next_turn_figures
 from agentwarm.errors import ConfigError
 from agentwarm.runtime import summarize
 from agentwarm.stats.definitions import has_previous, percentile
@@ -69,7 +67,10 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
     spec = [p for r in run.results for p in r.speculative_prefetches]
     live = [q for q in run.requests if q.kind == "generate"]
     prefills = [q for q in run.requests if q.kind == "prefill"]
-    computed = sum(q.computed_tokens for q in run.requests)
+    turn = next_turn_figures(run.results, run.next_turn) if run.next_turn is not None else {}
+    computed = sum(q.computed_tokens for q in run.requests) + turn.get(
+        "next_turn_computed_tokens", 0
+    )
     mismatched = sum(
         1
         for q in run.requests
@@ -92,7 +93,7 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         for st in steps
         if not st.prefetched and has_previous(st)
     ]
-    return {
+    figures: dict[str, Any] = {
         "episodes": len(run.results),
         "steps": s["steps"],
         "ttft_mean_s": s["ttft_mean_s"],
@@ -135,60 +136,9 @@ def mode_figures(run: ModeRun) -> dict[str, Any]:
         "peak_rss_mib": run.peak_rss_mib,
         **hint_figures(steps, lambda st: st.next).to_dict(),
     }
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den == 0:
-        return None
-    return num / den
-
-
-def headline(modes: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    """``gap_closed``, the speedups vs reactive and agentwarm's ITL slowdown vs reactive
-    (``None`` where a mode is missing or the denominator is zero)."""
-    r, a, o = (modes.get(m, {}) for m in ("reactive", "agentwarm", "oracle"))
-    rt, at, ot = r.get("ttft_mean_s"), a.get("ttft_mean_s"), o.get("ttft_mean_s")
-    gap = None
-    if rt is not None and at is not None and ot is not None and rt != ot:
-        gap = (rt - at) / (rt - ot)
-    return {
-        "gap_closed": gap,
-        "ttft_speedup_vs_reactive": _ratio(rt, at),
-        "makespan_speedup_vs_reactive": _ratio(r.get("makespan_s"), a.get("makespan_s")),
-        "oracle_ttft_speedup_vs_reactive": _ratio(rt, ot),
-        "reactive_ttft_speedup_vs_cold": _ratio(modes.get("cold", {}).get("ttft_mean_s"), rt),
-        "itl_slowdown_vs_reactive": _ratio(a.get("itl_mean_s"), r.get("itl_mean_s")),
-    }
-
-
-def gap_to_oracle(runs: dict[str, ModeRun]) -> dict[str, Any] | None:
-    """agentwarm's mean-TTFT excess over the oracle, split by agentwarm's step outcome (see
-    the module docstring); ``None`` without both modes or when their steps do not pair up."""
-    if "agentwarm" not in runs or "oracle" not in runs:
-        return None
-    a = [st for r in runs["agentwarm"].results for st in r.steps if st.ttft_s is not None]
-    o = [st for r in runs["oracle"].results for st in r.steps if st.ttft_s is not None]
-    if not a or [st.node for st in a] != [st.node for st in o]:
-        return None
-    seconds: dict[str, float] = {}
-    steps: Counter[str] = Counter()
-    by_reason: dict[str, float] = {}
-    reason_steps: Counter[str] = Counter()
-    for mine, best in zip(a, o, strict=True):
-        assert mine.ttft_s is not None and best.ttft_s is not None
-        outcome = str(mine.outcome)
-        seconds[outcome] = seconds.get(outcome, 0.0) + mine.ttft_s - best.ttft_s
-        steps[outcome] += 1
-        why = str(mine.miss_reason or ("first" if not has_previous(mine) else "paid"))
-        by_reason[why] = by_reason.get(why, 0.0) + mine.ttft_s - best.ttft_s
-        reason_steps[why] += 1
-    return {
-        "total_s": sum(seconds.values()) / len(a),
-        "by_outcome_s": {k: v / len(a) for k, v in sorted(seconds.items())},
-        "steps": dict(sorted(steps.items())),
-        "by_reason_s": {k: v / len(a) for k, v in sorted(by_reason.items())},
-        "reason_steps": dict(sorted(reason_steps.items())),
-    }
+    if turn:  # its warms: what it issued and what the next live requests found
+        figures.update(turn, useful_tokens=computed - turn["wasted_tokens"])
+    return figures
 
 
 def require_matplotlib() -> None:
@@ -281,6 +231,7 @@ class BenchReport:
             ("live ITL p95 ms", "itl_p95_s", _ms),
             ("prompt tokens cached", "cache_hit_ratio", _pct),
             ("prefill tokens computed", "computed_tokens", str),
+            ("  of which live", "live_computed_tokens", str),
             ("  of which wasted", "wasted_tokens", str),
             ("acceptance ratio", "acceptance_ratio", _pct),
             ("branch hit rate", "branch_hit_rate", _pct),
@@ -326,13 +277,22 @@ class BenchReport:
                 for k, v in gap["by_reason_s"].items()
             )
             console.print(f"  by miss reason: {why}", highlight=False)
-        if "agentwarm" in self.modes:
-            a = self.modes["agentwarm"]
+        if "next_turn" in self.modes:
             console.print(
-                f"agentwarm miss reasons: {reasons(a['miss_reasons'])} "
-                f"({a['short_hits']} short hits among them)",
+                f"next_turn: gap closed {_num(h['next_turn_gap_closed'])} (live tokens "
+                f"{_num(h['next_turn_gap_closed_live_tokens'])}; agentwarm's "
+                f"{_num(h['gap_closed_live_tokens'])}) · agentwarm TTFT speedup vs next_turn "
+                f"{_x(h['ttft_speedup_vs_next_turn'])}",
                 highlight=False,
             )
+        for m in ("next_turn", "agentwarm"):
+            if m in self.modes:
+                f = self.modes[m]
+                console.print(
+                    f"{m} miss reasons: {reasons(f['miss_reasons'])} "
+                    f"({f['short_hits']} short hits among them)",
+                    highlight=False,
+                )
         if self.noise_note:
             console.print(f"[yellow]note:[/] {self.noise_note}", highlight=False)
 

@@ -36,6 +36,7 @@ from agentwarm._spec import END, NodeSpec
 from agentwarm.bench import prompts
 from agentwarm.bench.conversations import add_message, step_turns
 from agentwarm.bench.inputs import Episode
+from agentwarm.bench.nextturn import NEXT_TURN_KEY, NextTurnEngine
 from agentwarm.chat import Message
 from agentwarm.engines.base import Engine
 from agentwarm.errors import ConfigError
@@ -355,14 +356,19 @@ def _match_schemas(
 async def _replay(ctx: Context) -> str:
     """Replay one step: LLM call, tool result, think time, then the recorded next step."""
     script: EpisodeScript = ctx.state[SCRIPT_KEY]
+    next_turn: NextTurnEngine | None = ctx.state.get(NEXT_TURN_KEY)  # the next_turn mode
     k = len(ctx.path) - 1
     if script.turns:  # a real conversation: the model reads it, the real turns are added
         if k > 0:
             await ctx.llm(record=False)
+            if next_turn is not None:  # the recorded assistant turn is the reply here
+                next_turn.after_reply(ctx, script.turns[k][0])
         for message in script.turns[k]:
             add_message(ctx, message)
     else:
         await ctx.llm(script.opening if k == 0 else None)
+        if next_turn is not None:
+            next_turn.after_reply(ctx)
         if script.results[k]:
             ctx.add(script.results[k], role="tool")
     if script.sleep_think and script.think_s[k] > 0:

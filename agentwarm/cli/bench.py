@@ -1,4 +1,5 @@
-"""``agentwarm bench``: replay agent trajectories in cold / reactive / agentwarm / oracle mode."""
+"""``agentwarm bench``: replay agent trajectories in cold / reactive / next_turn / agentwarm /
+oracle mode."""
 
 from __future__ import annotations
 
@@ -164,10 +165,12 @@ def bench(
         Path | None, typer.Option("--plot", help="Write the TTFT CDF per mode (PNG).")
     ] = None,
 ) -> None:
-    """Replay agent trajectories in four modes on fresh engines; compare TTFT and prefill work.
+    """Replay agent trajectories in five modes on fresh engines; compare TTFT and prefill work.
 
-    Modes: cold (no prefix reuse), reactive (radix cache only), agentwarm (speculative
-    prefetching, learned predictor), oracle (prefetching exactly the true next step).
+    Modes: cold (no prefix reuse), reactive (radix cache only), next_turn (Dynamo's speculative
+    next-turn prefill: one max_tokens=1 warm of the same conversation after each reply),
+    agentwarm (speculative prefetching, learned predictor), oracle (prefetching exactly the true
+    next step).
     """
     with cli_errors(json_failure=as_json):
         _bench(

@@ -83,7 +83,7 @@ def engines() -> Engines:
 async def test_all_modes_replay_the_same_episodes(tmp_path: Path, engines: Engines) -> None:
     report = await run_bench(_config(tmp_path), engines)
     assert list(report.modes) == list(MODES)
-    assert len(engines.made) == 4
+    assert len(engines.made) == len(MODES) == 5
     for f in report.modes.values():
         assert f["episodes"] == 6
         # 6 entry steps + 16 tool steps, one LLM call each.
@@ -108,13 +108,18 @@ async def test_per_request_accounting(tmp_path: Path, engines: Engines) -> None:
         # The engine's own counter agrees with the sum of its per-request answers.
         assert f["engine_computed_tokens"] == f["computed_tokens"]
         assert f["accounting_mismatched_requests"] == 0
-        assert f["computed_tokens"] == f["live_computed_tokens"] + f["prefill_computed_tokens"]
+        # next_turn's warms are live-priority requests of their own, apart from the live ones.
+        warms = f.get("next_turn_computed_tokens", 0)
+        assert (mode == "next_turn") == (warms > 0)
+        assert f["computed_tokens"] == (
+            f["live_computed_tokens"] + f["prefill_computed_tokens"] + warms
+        )
         assert f["useful_tokens"] + f["wasted_tokens"] == f["computed_tokens"]
 
 
 async def test_cold_never_reuses_and_oracle_never_wastes(tmp_path: Path, engines: Engines) -> None:
     report = await run_bench(_config(tmp_path), engines)
-    cold, reactive, _agentwarm, oracle = engines.made
+    cold, reactive, _next_turn, _agentwarm, oracle = engines.made
     timed = [r for r in cold.log if r.namespace.endswith("-cold")]
     assert timed == []  # every cold request went to its own namespace
     cold_ns = [r.namespace for r in cold.log if r.kind == "generate"]
@@ -191,6 +196,15 @@ def test_headline_ratios() -> None:
     assert h["makespan_speedup_vs_reactive"] == pytest.approx(1.25)
     assert h["oracle_ttft_speedup_vs_reactive"] == pytest.approx(4.0)
     assert h["reactive_ttft_speedup_vs_cold"] == pytest.approx(3.0)
+    assert h["next_turn_gap_closed"] is None and h["ttft_speedup_vs_next_turn"] is None
+    modes["next_turn"] = {"ttft_mean_s": 0.85, "live_computed_tokens": 900}
+    for m, live in (("reactive", 1000), ("agentwarm", 400), ("oracle", 200)):
+        modes[m]["live_computed_tokens"] = live
+    h = headline(modes)
+    assert h["next_turn_gap_closed"] == pytest.approx(0.2)
+    assert h["ttft_speedup_vs_next_turn"] == pytest.approx(0.85 / 0.4)
+    assert h["gap_closed_live_tokens"] == pytest.approx(0.75)
+    assert h["next_turn_gap_closed_live_tokens"] == pytest.approx(0.125)
     modes["oracle"]["ttft_mean_s"] = 1.0
     assert headline(modes)["gap_closed"] is None
 

@@ -51,7 +51,7 @@ def test_json_is_one_object_with_the_documented_keys(tmp_path: Path) -> None:
     result = runner.invoke(app, _args(tmp_path, "--json"))
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert set(out["modes"]) == {"cold", "reactive", "agentwarm", "oracle"}
+    assert list(out["modes"]) == ["cold", "reactive", "next_turn", "agentwarm", "oracle"]
     for figures in out["modes"].values():
         assert set(KEYS) <= set(figures)
         assert figures["episodes"] == 4

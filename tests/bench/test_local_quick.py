@@ -48,7 +48,9 @@ async def test_quick_profile_on_the_tiny_local_engine() -> None:
     assert report.modes["oracle"]["branch_hit_rate"] == 1.0
     assert report.modes["reactive"]["cached_tokens"] > 0
     assert report.modes["agentwarm"]["prefetches_issued"] > 0
-    assert len(chunks) == 4
+    assert len(chunks) == len(MODES) == 5
+    nt = report.modes["next_turn"]  # one warm per reply, every step replied
+    assert nt["next_turn_warms"] == nt["steps"] and nt["next_turn_computed_tokens"] > 0
     for mode, logged in zip(MODES, chunks, strict=True):
         records = report.runs[mode].requests
         assert records

@@ -1,5 +1,6 @@
 """Smoke test of ``python -m benchmarks.gateway_bench``: the quick profile on the fake engine runs
-both layouts straight and through the gateway, and the overhead mode reports its figures.
+both layouts straight, straight with Dynamo's next-turn warm (``next_turn``) and through the
+gateway, and the overhead mode reports its figures.
 
 No timing goal is asserted (the figures are the benchmark's business, and the machine may be
 loaded): only that every figure is there, sane, and counts what it should.
@@ -76,8 +77,8 @@ def test_quick_profile_measures_both_layouts_straight_and_through_the_gateway() 
             WARMUP,
             MEASURED,
         )
-        direct, gateway = figures["direct"], figures["gateway"]
-        for mode in (direct, gateway):
+        direct, gateway, next_turn = figures["direct"], figures["gateway"], figures["next_turn"]
+        for mode in (direct, next_turn, gateway):
             assert mode["requests"] == requests
             assert 0 < mode["ttft_p50_s"] <= mode["ttft_p95_s"]
             assert _finite(mode["ttft_mean_s"]) and mode["ttft_mean_s"] > 0
@@ -103,6 +104,13 @@ def test_quick_profile_measures_both_layouts_straight_and_through_the_gateway() 
             assert figures["ttft_ratio"][q] == pytest.approx(
                 gateway[f"ttft_{q}_s"] / direct[f"ttft_{q}_s"]
             )
+            assert figures["ttft_ratio_vs_next_turn"][q] == pytest.approx(
+                gateway[f"ttft_{q}_s"] / next_turn[f"ttft_{q}_s"]
+            )
+        # next_turn (Dynamo's speculative prefill): one max_tokens=1 warm after each reply.
+        assert next_turn["next_turn_warms"] == requests and next_turn["next_turn_failed"] == 0
+        assert next_turn["next_turn_computed_tokens"] > 0
+        assert next_turn["prefetches_issued"] == 0 and next_turn["branch_hit_rate"] is None
         assert figures["goal_ratio"] == {"subagent": 0.6, "shared": 1.02}[layout]
         assert figures["goal_met"] == (figures["ttft_ratio"]["mean"] <= figures["goal_ratio"])
     subagent = report["layouts"]["subagent"]["gateway"]
