@@ -3,6 +3,7 @@
 Usage::
 
     python -m benchmarks.gateway_bench [--profile quick|full|vllm|vllm-quick] [--quick] [--json]
+        [--no-next-turn]
         [--engine fake|local|vllm:URL] [--model small|DIR] [--layout subagent|shared|both]
         [--warmup 20] [--conversations N] [--max-steps N] [--think SPEC] [--warmup-think SPEC]
         [--seconds-per-token S] [--seconds-per-output-token S] [--overhead]
@@ -232,17 +233,25 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-async def run_layout(rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[str, Any]:
-    """Both modes of one layout, one after the other, and the gateway/direct ratios."""
+async def run_layout(
+    rp: Replay, spec: EngineSpec, *, max_tokens: int, next_turn_mode: bool = True
+) -> dict[str, Any]:
+    """The modes of one layout, one after the other (``next_turn`` unless ``next_turn_mode`` is
+    off), and the gateway/direct (and gateway/next_turn) ratios."""
     direct = await run_mode("direct", rp, spec, max_tokens=max_tokens)
-    next_turn = await run_mode("next_turn", rp, spec, max_tokens=max_tokens)
+    next_turn = (
+        await run_mode("next_turn", rp, spec, max_tokens=max_tokens) if next_turn_mode else None
+    )
     gateway = await run_mode("learner", rp, spec, max_tokens=max_tokens)
     ratios = {
         q: _ratio(gateway[f"ttft_{q}_s"], direct[f"ttft_{q}_s"]) for q in ("mean", "p50", "p95")
     }
-    vs_next_turn = {
-        q: _ratio(gateway[f"ttft_{q}_s"], next_turn[f"ttft_{q}_s"]) for q in ("mean", "p50", "p95")
-    }
+    peer = {"next_turn": next_turn} if next_turn is not None else {}
+    if next_turn is not None:
+        peer["ttft_ratio_vs_next_turn"] = {
+            q: _ratio(gateway[f"ttft_{q}_s"], next_turn[f"ttft_{q}_s"])
+            for q in ("mean", "p50", "p95")
+        }
     goal = GOALS[rp.workload.layout]
     hit_rate = gateway["branch_hit_rate"]
     errors = direct["client_errors"] + gateway["client_errors"]
@@ -251,10 +260,9 @@ async def run_layout(rp: Replay, spec: EngineSpec, *, max_tokens: int) -> dict[s
         "warmup_conversations": len(rp.warmup),
         "measured_conversations": len(rp.measured),
         "direct": direct,
-        "next_turn": next_turn,
+        **peer,
         "gateway": gateway,
         "ttft_ratio": ratios,
-        "ttft_ratio_vs_next_turn": vs_next_turn,
         "goal_ratio": goal,
         "goal_met": ratios["mean"] is not None and ratios["mean"] <= goal,
         "hit_goal": HIT_GOAL,
@@ -325,7 +333,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         for layout in layouts:
             _progress(f"{layout} layout: direct, then through the gateway")
             out["layouts"][layout] = await run_layout(
-                build(layout, spec), spec, max_tokens=args.max_tokens
+                build(layout, spec),
+                spec,
+                max_tokens=args.max_tokens,
+                next_turn_mode=not args.no_next_turn,
             )
     _progress(f"overhead: {prof.overhead_requests} requests x 3 stacks")
     fake = replace(spec, kind="fake")
@@ -362,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--seconds-per-output-token", type=float, help="fake engine: cost per output token")
     add("--max-tokens", type=int, default=8, help="max_tokens of each request")
     add("--overhead", action="store_true", help="measure only the gateway's overhead")
+    add("--no-next-turn", action="store_true", help="skip the next_turn mode (direct and gateway)")
     add("--json", action="store_true", help="print one JSON object instead of the tables")
     args = parser.parse_args(argv)
     if args.quick:

@@ -44,6 +44,7 @@ __all__ = (
     "VLLM_PREFIX",
     "build_engine",
     "disk_tier_options",
+    "host_tier_option",
     "open_engine",
     "server_kind",
 )
@@ -73,10 +74,12 @@ def build_engine(
     dtype: str | None = None,
     kv_dir: str | Path | None = None,
     kv_disk_bytes: int | None = None,
+    kv_host_bytes: int | None = None,
 ) -> Engine:
     """The engine ``kind`` names: ``local`` (``model`` = a preset name or a checkpoint directory,
     on ``device`` in ``dtype``, with a disk tier under ``kv_dir`` of at most ``kv_disk_bytes``
-    when ``kv_dir`` is given) or ``fake`` (named ``model_name``, default ``fake-{model}``; the
+    when ``kv_dir`` is given, and a host tier of ``kv_host_bytes`` above it) or ``fake`` (named
+    ``model_name``, default ``fake-{model}``; the
     ``seconds_per_*`` options are its costs). An option left ``None`` keeps the engine's
     default. Call it inside the event loop. Raises :class:`~agentwarm.errors.ConfigError` for
     any other ``kind``, for ``device``/``dtype``/``kv_dir`` given to an engine other than
@@ -108,6 +111,7 @@ def build_engine(
                 dtype=dtype or os.environ.get(DTYPE_ENV) or None,
                 kv_dir=tier_dir,
                 kv_disk_bytes=kv_disk_bytes,
+                kv_host_bytes=kv_host_bytes,
             ),
         )
     raise ConfigError(f"unknown engine {kind!r} for agentwarm serve: use 'local' or 'fake'")
@@ -256,6 +260,25 @@ def disk_tier_options(
             )
         budget = int(kv_disk_gb * GIB)
     return _check_kv_dir(kv_dir, budget), budget
+
+
+def host_tier_option(kv_host_gb: float | None, kv_dir: str | Path | None) -> int | None:
+    """``--kv-host-gb N`` as bytes (``None``: the engine's default; 0: no host tier). Raises
+    :class:`~agentwarm.errors.ConfigError`, naming the flag and the fix, for N not a finite
+    number >= 0 or N > 0 without ``--kv-dir``."""
+    if kv_host_gb is None:
+        return None
+    if not (math.isfinite(kv_host_gb) and kv_host_gb >= 0):
+        raise ConfigError(
+            f"--kv-host-gb {kv_host_gb:g}: the host tier's budget must be a number of GiB >= 0, "
+            "e.g. --kv-host-gb 8 (0 turns it off; leave it out for the default)"
+        )
+    if kv_host_gb and kv_dir is None:
+        raise ConfigError(
+            "--kv-host-gb sets the host tier, which sits above the disk tier that --kv-dir DIR "
+            "turns on: give --kv-dir too"
+        )
+    return int(kv_host_gb * GIB)
 
 
 def _check_kv_dir(kv_dir: str | Path | None, kv_disk_bytes: int | None) -> Path | None:

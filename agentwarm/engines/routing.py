@@ -348,6 +348,8 @@ class MultiWorkerEngine(Engine):
             tier_bytes_read=sum(p.tier_bytes_read for p in parts),
             tier_loads_refused=sum(p.tier_loads_refused for p in parts),
             tier_stored_bytes=sum(p.tier_stored_bytes for p in parts),
+            host_tier_stored_bytes=sum(p.host_tier_stored_bytes for p in parts),
+            host_tier_max_bytes=sum(p.host_tier_max_bytes for p in parts),
             tier_enabled=all(tiers) if tiers else None,  # None: no worker has a tier
         )
 

@@ -16,6 +16,9 @@ from agentwarm.errors import ContextLengthExceeded
 __all__ = (
     "CACHED_BY_SOURCE",
     "DEFAULT_MAX_CONTEXT",
+    "SOURCE_DEVICE",
+    "SOURCE_DISK",
+    "SOURCE_HOST",
     "Completion",
     "EngineStats",
     "GenerateParams",
@@ -44,15 +47,17 @@ class PrefillStatus(StrEnum):
     ABORTED = "aborted"
 
 
-CACHED_BY_SOURCE = ("device", "disk")
+SOURCE_DEVICE, SOURCE_HOST, SOURCE_DISK = "device", "host", "disk"
+CACHED_BY_SOURCE = (SOURCE_DEVICE, SOURCE_HOST, SOURCE_DISK)
 """The keys of ``cached_tokens_by_source`` (:class:`PrefillResult`, :class:`Completion`): an
-engine with a lower KV tier reports both, summing to ``cached_tokens``; one without leaves the
-mapping empty. ``"device"``: found in the engine's own prefix cache (the radix tree, in GPU
-memory on CUDA, in host RAM on CPU, where it is the host tier itself); ``"disk"``: loaded from
-the disk tier (``LocalEngine(kv_dir=...)``). They are the ``device`` and ``disk`` sources of
-vLLM's ``PromptTokenStats.cached_tokens_by_source`` (metric
-``vllm:prompt_tokens_cached_by_source_total{source}``, whose other sources, ``host``, ``p2p``
-and ``external_unspecified``, agentwarm's engines do not have)."""
+engine with lower KV tiers reports ``device`` and one key per tier it has, summing to
+``cached_tokens``; one without leaves the mapping empty. ``"device"``: found in the engine's own
+prefix cache (the radix tree, in GPU memory on CUDA, in host RAM on CPU, where it is the host
+tier itself); ``"host"``: loaded from the host-RAM tier (``LocalEngine(kv_dir=...)`` on CUDA);
+``"disk"``: loaded from the disk tier (``LocalEngine(kv_dir=...)``). They are the ``device``,
+``host`` and ``disk`` sources of vLLM's ``PromptTokenStats.cached_tokens_by_source`` (metric
+``vllm:prompt_tokens_cached_by_source_total{source}``, whose other sources, ``p2p`` and
+``external_unspecified``, agentwarm's engines do not have)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +132,15 @@ class EngineStats:
 
     The ``tier_*`` fields describe a disk KV tier (``LocalEngine(kv_dir=...)``); engines without
     one keep the defaults. ``disk_hit_tokens`` are the part of ``hit_tokens`` loaded from a tier
-    below the device cache: the disk tier of ``LocalEngine``; for a vLLM server every source of
-    ``vllm:prompt_tokens_cached_by_source_total`` but ``device`` (host, disk, p2p, a connector's);
+    below the device cache: the host and disk tiers of ``LocalEngine``; for a vLLM server every
+    source of ``vllm:prompt_tokens_cached_by_source_total`` but ``device`` (host, disk, p2p, a
+    connector's);
     ``tier_bytes_written`` / ``tier_bytes_read`` / ``tier_stored_bytes`` are the tier's own
     counters since it was opened (a flush does not zero them); ``tier_loads_refused`` counts
     loads refused because recomputing was measured to be faster; ``tier_enabled`` is ``None``
     without a tier, ``False`` once the tier turned itself off (disk full, unwritable).
+    ``host_tier_stored_bytes`` / ``host_tier_max_bytes``: the host-RAM tier between the device
+    cache and the disk tier (``LocalEngine`` on CUDA; 0 without one).
     """
 
     cached_tokens: int
@@ -149,6 +157,8 @@ class EngineStats:
     tier_loads_refused: int = 0
     tier_stored_bytes: int = 0
     tier_enabled: bool | None = None
+    host_tier_stored_bytes: int = 0
+    host_tier_max_bytes: int = 0
 
 
 def check_context(prompt_tokens: int, limit: int, *, max_tokens: int = 0) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import typer
 
 from agentwarm.engines.base import Engine
-from agentwarm.engines.registry import build_engine, disk_tier_options
+from agentwarm.engines.registry import build_engine, disk_tier_options, host_tier_option
 from agentwarm.server.app import ServerConfig
-from agentwarm.server.engine_options import KvDirOption, KvDiskGbOption
+from agentwarm.server.engine_options import KvDirOption, KvDiskGbOption, KvHostGbOption
 from agentwarm.server.run import run_server
 from agentwarm.warmup.options import (
     KeepWarmOption,
@@ -87,6 +87,7 @@ def serve(
     ),
     kv_dir: KvDirOption = None,
     kv_disk_gb: KvDiskGbOption = None,
+    kv_host_gb: KvHostGbOption = None,
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
     warmup: WarmupOption = None,
     ready_file: ReadyFileOption = None,
@@ -102,6 +103,7 @@ def serve(
         warmup, ready_file=ready_file, keep_warm_s=keep_warm, rewarm_below=rewarm_below
     )
     tier_dir, tier_bytes = disk_tier_options(kv_dir, kv_disk_gb, engine=engine)  # and --kv-dir
+    host_bytes = host_tier_option(kv_host_gb, tier_dir)
 
     def make_engine() -> Engine:
         return build_engine(
@@ -115,6 +117,7 @@ def serve(
             dtype=dtype,
             kv_dir=tier_dir,
             kv_disk_bytes=tier_bytes,
+            kv_host_bytes=host_bytes,
         )
 
     def ready(url: str) -> None:

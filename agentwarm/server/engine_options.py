@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ("DEFAULT_KV_DISK_GIB", "KvDirOption", "KvDiskGbOption")
+__all__ = ("DEFAULT_KV_DISK_GIB", "KvDirOption", "KvDiskGbOption", "KvHostGbOption")
 
 #: ``--kv-disk-gb``'s default as its help says it: the tier's ``DEFAULT_KV_DISK_BYTES`` in GiB
 #: (a test checks they agree; the tier's package is not imported here, as it imports torch).
@@ -33,5 +33,15 @@ KvDiskGbOption = Annotated[
         metavar="N",
         help="--kv-dir's budget in GiB (> 0; the least recently used blocks go first). "
         f"Default: {DEFAULT_KV_DISK_GIB} GiB, capped by the free disk space.",
+    ),
+]
+KvHostGbOption = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-host-gb",
+        metavar="N",
+        help="--kv-dir's host-RAM tier in GiB, between the GPU's cache and the disk (pinned "
+        "memory; 0: none). Default on CUDA: a quarter of physical memory, 2 to 8 GiB; on CPU "
+        "none (the prefix cache is in host RAM already).",
     ),
 ]

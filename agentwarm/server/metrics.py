@@ -31,20 +31,23 @@ With a disk tier (``agentwarm serve --kv-dir DIR``; absent otherwise), counted b
 as requests finish, vLLM's split of the cached tokens under agentwarm's prefix (vLLM's
 ``vllm:prompt_tokens_cached_by_source_total{source}``; its ``device`` and ``disk`` sources):
 
-``agentwarm:prompt_tokens_cached_by_source_total{source="device"}`` (from the radix cache) and
-``{source="disk"}`` (loaded from the disk tier), absent until a request reported a split;
+``agentwarm:prompt_tokens_cached_by_source_total{source="device"}`` (from the radix cache),
+``{source="host"}`` (loaded from the host-RAM tier, on CUDA) and ``{source="disk"}`` (loaded from
+the disk tier), absent until a request reported a split;
 
 and from the engine's :class:`~agentwarm.engines.base.EngineStats`:
 
 =========================================  ================================================
-``agentwarm:disk_hit_tokens_total``        prompt tokens loaded from disk (part of the
-                                           engine's hit tokens)
+``agentwarm:disk_hit_tokens_total``        prompt tokens loaded from a lower tier (host
+                                           or disk; part of the engine's hit tokens)
 ``agentwarm:tier_bytes_written_total``     bytes written to the tier
 ``agentwarm:tier_bytes_read_total``        bytes read from the tier
 ``agentwarm:tier_loads_refused_total``     loads refused: measured slower than recomputing
 ``agentwarm:tier_stored_bytes``            bytes stored in the tier now
 ``agentwarm:tier_enabled``                 1 while the tier is on, 0 once it turned itself
                                            off (disk full, unwritable)
+``agentwarm:host_tier_stored_bytes``       bytes in the host-RAM tier now (CUDA only)
+``agentwarm:host_tier_max_bytes``          the host-RAM tier's budget (CUDA only)
 =========================================  ================================================
 
 The text is written by ``prometheus_client`` (:func:`~prometheus_client.generate_latest`, the
@@ -208,6 +211,14 @@ class ServerMetrics:
             "1 while the disk tier is on, 0 once it turned itself off.",
             int(bool(stats.tier_enabled)),
         )
+        if stats.host_tier_max_bytes:
+            for name, doc, value in (
+                (MetricName.HOST_TIER_STORED_BYTES, "Bytes stored in the host-RAM tier.",
+                 stats.host_tier_stored_bytes),
+                (MetricName.HOST_TIER_MAX_BYTES, "The host-RAM tier's budget in bytes.",
+                 stats.host_tier_max_bytes),
+            ):  # fmt: skip
+                yield self._family(GaugeMetricFamily, name, doc, value)
 
     def _family(
         self,

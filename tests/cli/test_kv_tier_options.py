@@ -12,7 +12,13 @@ import typer
 from typer.testing import CliRunner, Result
 
 from agentwarm.cli import app
-from agentwarm.engines.registry import GIB, build_engine, disk_tier_options, open_engine
+from agentwarm.engines.registry import (
+    GIB,
+    build_engine,
+    disk_tier_options,
+    host_tier_option,
+    open_engine,
+)
 from agentwarm.errors import ConfigError
 from agentwarm.server.command import serve
 from agentwarm.server.engine_options import DEFAULT_KV_DISK_GIB
@@ -137,3 +143,23 @@ def test_the_help_states_the_tiers_default_budget() -> None:
     assert DEFAULT_KV_DISK_GIB * GIB == DEFAULT_KV_DISK_BYTES
     result = CliRunner().invoke(app, ["serve", "--help"], env=ENV)
     assert "Default: 16 GiB, capped by the free disk space." in " ".join(result.output.split())
+
+
+def test_the_host_tier_budget_is_counted_in_gib_and_needs_a_directory(tmp_path: Path) -> None:
+    assert host_tier_option(None, None) is None  # the engine's default (CUDA: on; CPU: none)
+    assert host_tier_option(0.0, None) == 0  # off, with or without a disk tier
+    assert host_tier_option(0.5, tmp_path) == GIB // 2
+    with pytest.raises(ConfigError, match=r"^--kv-host-gb sets the host tier, .* give --kv-dir"):
+        host_tier_option(2, None)
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ConfigError, match=r"^--kv-host-gb .*: the host tier's budget must be"):
+            host_tier_option(bad, tmp_path)
+
+
+def test_serve_refuses_a_host_tier_without_a_disk_tier_before_binding() -> None:
+    result = _serve("--port", "1", "--kv-host-gb", "4")
+    assert isinstance(result.exception, ConfigError), result.output
+    assert str(result.exception) == (
+        "--kv-host-gb sets the host tier, which sits above the disk tier that --kv-dir DIR "
+        "turns on: give --kv-dir too"
+    )

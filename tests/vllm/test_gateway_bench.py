@@ -1,7 +1,9 @@
 """``python -m benchmarks.gateway_bench --engine vllm:URL``: the tau-airline replay through the
 gateway in front of a real vLLM server (issue 24), its smallest profile (``vllm-quick``).
 
-Both modes run on the one server, each in a ``cache_salt`` of its own; through the gateway the
+Both modes (direct and gateway; ``--no-next-turn``: the next_turn peer mode is covered on the
+embedded engine by tests/gateway/test_gateway_bench.py) run on the one server, each in a
+``cache_salt`` of its own; through the gateway the
 learner prefetches the next head into vLLM's cache and at least one measured step finds it.
 No timing is asserted (the server may be shared and the machine loaded): only that no request
 failed, both rows are there, and the learner prefetched and hit. ~1 min on a quiet machine.
@@ -33,7 +35,7 @@ def test_the_replay_through_the_gateway_prefetches_into_vllm_and_hits(vllm_url: 
         [
             *(sys.executable, "-m", "benchmarks.gateway_bench", "--profile", "vllm-quick"),
             *("--engine", f"vllm:{vllm_url}", "--model", str(MODEL)),
-            *("--layout", "subagent", "--json"),
+            *("--layout", "subagent", "--no-next-turn", "--json"),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -46,6 +48,7 @@ def test_the_replay_through_the_gateway_prefetches_into_vllm_and_hits(vllm_url: 
     assert report["served_model"]
     figures = report["layouts"]["subagent"]
     direct, gateway = figures["direct"], figures["gateway"]
+    assert "next_turn" not in figures and "ttft_ratio_vs_next_turn" not in figures
     for mode in (direct, gateway):
         assert mode["client_errors"] == 0, mode["first_error"]
         assert mode["requests"] > 0 and mode["prompt_tokens"] > 0

@@ -12,9 +12,13 @@ On CPU the radix cache already lives in host memory: it is the host tier itself,
 builds no ``HostTier`` (a copy would double the memory and save nothing). ``pin_memory`` is then
 ``False`` (pinning needs CUDA); the class still runs there, which is how its logic is tested.
 
-Not wired into ``LocalEngine`` yet: that needs a GPU to measure and test (the eviction hook
-spilling to it, loads asking it before the disk tier); ``tests/engines/kvtier/test_host.py``
-has the CUDA test (``-m gpu``) that checks the pinned path on a GPU.
+Wired into ``LocalEngine`` through :class:`~agentwarm.engines.kvtier.stack.TierStack`
+(write-through above the disk tier; reads prefer it). Its reads are timed
+(:attr:`HostTier.read_bytes_per_s`, an EWMA) so that the loader prices a host load with a measured
+figure, as it does a disk load; onto a GPU the copies are asynchronous, so the figure is the
+time to issue them (a host load then always looks cheap, which on PCIe it is).
+``tests/engines/kvtier/test_host.py`` and ``tests/engines/local/test_host_tier.py`` have the
+CUDA tests (``-m gpu``) that check the pinned path on a GPU; they have not run yet (no GPU here).
 
 Threads: the engine's compute thread only (no lock). A write on CUDA copies device to host
 without blocking and records an event; a read onto the CPU waits for that event, a read onto a
@@ -23,13 +27,14 @@ device is ordered after it on the stream.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from agentwarm.engines.kvtier.defaults import DEFAULT_BLOCK_TOKENS
+from agentwarm.engines.kvtier.defaults import DEFAULT_BLOCK_TOKENS, READ_RATE_WEIGHT
 from agentwarm.engines.kvtier.keys import block_keys, namespace_dir
 from agentwarm.engines.local.kv import KV, SEQ_DIM, kv_len
 
@@ -93,6 +98,12 @@ class HostTier:
         self._bytes = 0
         self._written = self._read = self._blocks_written = self._blocks_read = 0
         self._evicted = 0
+        self._read_rate: float | None = None
+
+    @property
+    def read_bytes_per_s(self) -> float | None:
+        """EWMA of the measured read throughput (``None`` before the first read)."""
+        return self._read_rate
 
     def keys(self, ids: Sequence[int], blocks: int | None = None) -> list[str]:
         """The keys of the whole blocks of ``ids``: the disk tier's
@@ -131,6 +142,8 @@ class HostTier:
         if any(b is None for b in blocks):
             return None
         parts: list[KV] = []
+        began = time.perf_counter()
+        nbytes = 0
         for key, block in zip(keys, blocks, strict=True):
             assert block is not None
             self._blocks.move_to_end((ns, key))
@@ -141,8 +154,11 @@ class HostTier:
             else:  # from pinned memory: ordered after the copy in on the stream
                 parts.append(block.kv.to(device, non_blocking=self.pinned))
             self._read += block.nbytes
+            nbytes += block.nbytes
             self._blocks_read += 1
-        return torch.cat(parts, dim=SEQ_DIM)
+        out = torch.cat(parts, dim=SEQ_DIM)
+        self._measure(nbytes, time.perf_counter() - began)
+        return out
 
     def write(self, namespace: str, ids: Sequence[int], kv: KV, start: int) -> int:
         """Store the whole blocks of ``ids[start:]`` (``start`` a multiple of ``block_tokens``;
@@ -187,6 +203,12 @@ class HostTier:
             evicted_blocks=self._evicted,
             pinned=self.pinned,
         )
+
+    def _measure(self, nbytes: int, seconds: float) -> None:
+        if nbytes <= 0 or seconds <= 0:
+            return
+        rate, old = nbytes / seconds, self._read_rate
+        self._read_rate = rate if old is None else old + READ_RATE_WEIGHT * (rate - old)
 
     def _copy(self, part: KV) -> _Block:
         """``part`` copied into its own (pinned) host buffer."""

@@ -113,8 +113,9 @@ class LocalEngine(Engine):
     whose prompt continues on disk past its radix match loads those blocks instead of computing
     them when the measured read throughput makes that faster than the measured prefill
     throughput (while a figure is unknown it loads, and so measures it); loaded tokens count in
-    ``cached_tokens``, split in ``cached_tokens_by_source`` (``"device"``, ``"disk"``). A new
-    engine on the same directory and model finds what an earlier one stored. Details:
+    ``cached_tokens``, split in ``cached_tokens_by_source`` (``"device"``, ``"disk"``, ``"host"``).
+    A new engine on the same directory and model finds what an earlier one stored.
+    ``kv_host_bytes``: the host-RAM tier above the disk (default on CUDA only; 0: none). Details:
     :mod:`~agentwarm.engines.local.disk`.
 
     Raises :class:`EngineError` when the model cannot be loaded, also when CUDA is asked for
@@ -140,6 +141,7 @@ class LocalEngine(Engine):
         step_hook: Callable[[StepEvent], None] | None = None,
         kv_dir: str | Path | None = None,
         kv_disk_bytes: int | None = None,
+        kv_host_bytes: int | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise InvalidRequest(f"chunk_size must be positive, got {chunk_size}")
@@ -177,12 +179,11 @@ class LocalEngine(Engine):
             step_hook=step_hook,
         )
         self._active: set[str] = set()
-        self.disk: DiskLink | None = None
-        """The disk KV tier (``kv_dir``) and its wiring, or ``None``."""
-        if kv_dir is not None:
-            self.disk = DiskLink(
-                loaded, self.runner, self.scheduler, kv_dir, kv_disk_bytes, chunk_size=chunk_size
-            )
+        self.disk: DiskLink | None = DiskLink.open(
+            loaded, self.runner, self.scheduler, kv_dir, kv_disk_bytes, chunk_size=chunk_size,
+            host_bytes=kv_host_bytes, default_host_bytes=DEFAULT_CACHE_BYTES,
+        )  # fmt: skip
+        """The KV tiers (``kv_dir``, and a host tier above it) and their wiring, or ``None``."""
 
     # ------------------------------------------------------------ properties
 

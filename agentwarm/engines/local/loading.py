@@ -1,19 +1,20 @@
-"""Loading a request's prefix from the disk tier instead of recomputing it (issue 25).
+"""Loading a request's prefix from the tiers below the cache instead of recomputing it (issue 25).
 
 When a request starts, after its radix match of ``m`` tokens, :meth:`Loader.begin` asks the
-tier for the longest run of stored blocks from the block holding ``m``
-(:meth:`~agentwarm.engines.kvtier.DiskTier.stored_prefix`, never past the tokens the request
-may take from the cache: a generate still computes its last prompt token). When that run ends
+tiers for the longest run of stored blocks from the block holding ``m``
+(:meth:`~agentwarm.engines.kvtier.stack.TierStack.runs`: each run from the host tier where it
+holds it, else from disk; never past the tokens the request may take from the cache: a generate
+still computes its last prompt token). When that run ends
 past ``m`` and loading it is cheaper than recomputing it, the request loads it in ``"load"``
 steps of at most ``chunk_size`` tokens (whole blocks, at least one), each read with
-:meth:`~agentwarm.engines.kvtier.DiskTier.read` on the worker and inserted into the radix tree
-as if computed, the request's lock moving with it (like a prefill chunk's
+:meth:`~agentwarm.engines.kvtier.stack.TierStack.read` on the worker and inserted into the radix
+tree as if computed, the request's lock moving with it (like a prefill chunk's
 :meth:`~agentwarm.engines.local.prefixes.Prefixes.keep`). Load steps are scheduled like prefill
 chunks, so live work preempts a speculative load between two steps. A read that fails (None:
 missing, damaged or foreign file) ends the load: the rest is computed.
 
-Cheaper is decided from two measured figures, per token gained: ``bytes read /
-tier.read_bytes_per_s`` (the tier measures its reads) against ``tokens gained /
+Cheaper is decided from measured figures, per token gained: ``bytes read / read_bytes_per_s``
+of the tier each run comes from (each tier measures its reads) against ``tokens gained /
 prefill_tokens_per_s`` (measured here from the scheduler's prefill chunks, an EWMA weighted by
 chunk length, kept in ``tier.meta["prefill_tokens_per_s"]`` so that a restarted process starts
 with it). While either figure is unknown the engine loads (and so measures the read
@@ -27,9 +28,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentwarm.engines.local.request import Request, StepEvent
+from agentwarm.engines.types import SOURCE_DISK as DISK
+from agentwarm.engines.types import SOURCE_HOST as HOST
 
 if TYPE_CHECKING:
-    from agentwarm.engines.kvtier import DiskTier
+    import torch
+
+    from agentwarm.engines.kvtier.stack import Run, TierStack
     from agentwarm.engines.local.prefixes import Prefixes
     from agentwarm.engines.radix import MatchResult
 
@@ -61,7 +66,7 @@ class NullLoader:
 
 
 class Loader(NullLoader):
-    """The disk-tier side of one scheduler: decides, plans and runs ``"load"`` steps.
+    """The lower tiers' side of one scheduler: decides, plans and runs ``"load"`` steps.
 
     ``place`` moves a KV read from the tier (on CPU) to the model's device (None: it does not
     fit, compute instead); ``kv_bytes_per_token`` is what one token's KV takes (what a load
@@ -70,14 +75,16 @@ class Loader(NullLoader):
 
     def __init__(
         self,
-        tier: DiskTier,
+        tier: TierStack,
         prefixes: Prefixes,
         *,
         chunk_size: int,
         kv_bytes_per_token: int,
         place: Callable[[Any], Any | None],
+        device: torch.device | str = "cpu",
     ) -> None:
         self.tier = tier
+        self.device = device
         self.prefixes = prefixes
         self.chunk_size = chunk_size
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -100,28 +107,33 @@ class Loader(NullLoader):
         when the tier holds more of its prompt and loading it is worth it; else ``match``, to
         build the request's state from."""
         req.disk_tokens = 0
+        if self.tier.host is not None:
+            req.host_tokens = 0
         cached = match.length
         block = self.tier.block_tokens
         start = cached // block * block
-        stop = self.tier.stored_prefix(req.namespace, req.ids[: req.match_limit], start)
+        limit = req.match_limit
+        runs = self.tier.runs(req.namespace, req.ids[:limit], start, limit)
+        stop = runs[-1].stop if runs else start
         if stop <= cached:
             return match
-        if not self.worth_loading(stop - start, stop - cached):
+        host = sum(r.tokens for r in runs if r.source == HOST)
+        if not self.worth_loading(stop - start, stop - cached, host_tokens=host):
             self.loads_refused += 1
             return match
         self.loads += 1
         req.load_stop = stop
         return None
 
-    def worth_loading(self, read_tokens: int, gained_tokens: int) -> bool:
-        """Whether reading ``read_tokens`` of KV takes less time than computing
-        ``gained_tokens``, by the measured figures; True while one is unknown (load and
-        measure)."""
-        read_bps = self.tier.read_bytes_per_s
+    def worth_loading(self, read_tokens: int, gained_tokens: int, *, host_tokens: int = 0) -> bool:
+        """Whether reading ``read_tokens`` of KV (``host_tokens`` of them from the host tier, the
+        rest from disk) takes less time than computing ``gained_tokens``, by the measured
+        figures; True while one is unknown (load and measure)."""
         prefill = self.prefill_tokens_per_s
-        if read_bps is None or read_bps <= 0 or prefill is None:
+        tokens = {HOST: host_tokens, DISK: read_tokens - host_tokens}
+        load_s = self.tier.load_seconds(tokens, self.kv_bytes_per_token)
+        if load_s is None or prefill is None:
             return True
-        load_s = read_tokens * self.kv_bytes_per_token / read_bps
         return load_s < gained_tokens / prefill
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
@@ -156,13 +168,17 @@ class Loader(NullLoader):
             # speculative load loads them itself, without waiting): nothing to read.
             if have < req.load_stop:
                 return None
-        elif (placed := self._read(req, event)) is None:
+        elif (read := self._read(req, event)) is None:
             self.loads_failed += 1
         else:
+            placed, runs = read
             ids = req.ids[: event.stop]
             result = self.prefixes.insert(req, ids, placed, event.start)
             stored = max(0, result.length - result.cached_len)
-            req.disk_tokens += stored
+            host = _overlap(runs, HOST, result.cached_len, result.length)
+            req.disk_tokens += stored - host
+            if req.host_tokens is not None:
+                req.host_tokens += host
             req.cached_tokens += stored
             self.loaded_tokens += stored
             if event.stop <= result.length < req.load_stop:
@@ -170,7 +186,18 @@ class Loader(NullLoader):
         req.load_stop = 0
         return self.prefixes.rematch(req)
 
-    def _read(self, req: Request, event: StepEvent) -> Any | None:
-        """The KV of ``event``'s blocks on the model's device, or None (missing, bad)."""
-        kv = self.tier.read(req.namespace, req.ids[: event.stop], event.start, event.stop)
-        return None if kv is None else self.place(kv)
+    def _read(self, req: Request, event: StepEvent) -> tuple[Any, list[Run]] | None:
+        """The KV of ``event``'s blocks on the model's device and the runs it came from, or
+        None (no longer stored, damaged)."""
+        ids = req.ids[: event.stop]
+        runs = self.tier.runs(req.namespace, ids, event.start, event.stop)
+        if not runs or runs[-1].stop < event.stop:
+            return None
+        kv = self.tier.read(req.namespace, ids, runs, self.device)
+        placed = None if kv is None else self.place(kv)
+        return None if placed is None else (placed, runs)
+
+
+def _overlap(runs: list[Run], source: str, start: int, stop: int) -> int:
+    """Tokens of ``[start, stop)`` inside the runs of ``source``."""
+    return sum(max(0, min(stop, r.stop) - max(start, r.start)) for r in runs if r.source == source)

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from agentwarm.engines.base import Completion, PrefillResult, PrefillStatus, Priority
+from agentwarm.engines.types import SOURCE_DEVICE, SOURCE_DISK, SOURCE_HOST
 from agentwarm.errors import RequestAborted
 
 if TYPE_CHECKING:
@@ -92,6 +93,8 @@ class Request:
     computed_tokens: int = 0
     #: Of ``cached_tokens``, those loaded from the disk tier (``None``: the engine has none).
     disk_tokens: int | None = None
+    #: Of ``cached_tokens``, those loaded from the host tier (``None``: the engine has none).
+    host_tokens: int | None = None
     #: While it loads from the disk tier: the end of the stored run it loads (0: not loading).
     load_stop: int = 0
     output: list[int] = field(default_factory=list)
@@ -159,11 +162,18 @@ def result_of(
 
 
 def by_source_of(req: Request) -> dict[str, int]:
-    """``req.cached_tokens`` split by tier (:data:`~agentwarm.engines.types.CACHED_BY_SOURCE`);
-    empty when the engine has no disk tier."""
+    """``req.cached_tokens`` split by tier (:data:`~agentwarm.engines.types.CACHED_BY_SOURCE`):
+    ``device`` and ``disk``, and ``host`` with a host tier; empty when the engine has no tier."""
     if req.disk_tokens is None:
         return {}
-    return {"device": req.cached_tokens - req.disk_tokens, "disk": req.disk_tokens}
+    host = req.host_tokens or 0
+    split = {
+        SOURCE_DEVICE: req.cached_tokens - req.disk_tokens - host,
+        SOURCE_DISK: req.disk_tokens,
+    }
+    if req.host_tokens is not None:
+        split[SOURCE_HOST] = host
+    return split
 
 
 def resolve(fut: Future, outcome: object) -> None:

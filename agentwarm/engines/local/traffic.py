@@ -34,5 +34,5 @@ class Traffic:
         processed = req.cached_tokens + req.computed_tokens
         self.prompt_tokens += processed if aborted else len(req.ids)
         self.hit_tokens += req.cached_tokens
-        self.disk_hit_tokens += req.disk_tokens or 0
+        self.disk_hit_tokens += (req.disk_tokens or 0) + (req.host_tokens or 0)
         self.computed_tokens += req.computed_tokens

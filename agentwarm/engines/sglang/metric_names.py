@@ -51,6 +51,8 @@ class MetricName(StrEnum):
     TIER_LOADS_REFUSED = "agentwarm:tier_loads_refused_total"
     """agentwarm: loads from the disk tier refused (measured slower than recomputing)."""
     TIER_STORED_BYTES = "agentwarm:tier_stored_bytes"
+    HOST_TIER_STORED_BYTES = "agentwarm:host_tier_stored_bytes"
+    HOST_TIER_MAX_BYTES = "agentwarm:host_tier_max_bytes"
     """agentwarm: bytes held by the disk tier (a gauge)."""
     TIER_ENABLED = "agentwarm:tier_enabled"
     """agentwarm: 1 while the disk tier is on, 0 once it turned itself off (a gauge)."""

@@ -75,6 +75,8 @@ def _tier(metrics: Mapping[str, float]) -> dict[str, Any]:
         "tier_loads_refused": int(metrics.get(MetricName.TIER_LOADS_REFUSED, 0)),
         "tier_stored_bytes": int(metrics.get(MetricName.TIER_STORED_BYTES, 0)),
         "tier_enabled": metrics[MetricName.TIER_ENABLED] > 0,
+        "host_tier_stored_bytes": int(metrics.get(MetricName.HOST_TIER_STORED_BYTES, 0)),
+        "host_tier_max_bytes": int(metrics.get(MetricName.HOST_TIER_MAX_BYTES, 0)),
     }
 
 

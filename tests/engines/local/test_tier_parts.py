@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from agentwarm.engines.kvtier import DiskTier
+from agentwarm.engines.kvtier.stack import TierStack
 from agentwarm.engines.local.kv import KV_OPS
 from agentwarm.engines.local.loading import META_PREFILL_TOKENS_PER_S, Loader
 from agentwarm.engines.local.prefixes import Prefixes
@@ -41,7 +42,9 @@ def test_an_evicted_node_spills_its_blocks_from_the_boundary_below_its_start(
     tier = tier_at(tmp_path)
     ids = list(range(100, 140))  # 40 tokens
     kv = kv_of(40)
-    cache: RadixCache[torch.Tensor] = RadixCache(None, ops=KV_OPS, on_evict=Spiller(tier).spill)
+    cache: RadixCache[torch.Tensor] = RadixCache(
+        None, ops=KV_OPS, on_evict=Spiller(TierStack(tier)).spill
+    )
     cache.insert("", ids[:13], kv[:, :, :, :13].clone())
     cache.insert("", ids, kv[:, :, :, 13:].clone(), value_offset=13)  # node [13, 40)
     assert cache.evict(27) == 27  # the leaf [13, 40) goes
@@ -67,7 +70,7 @@ def test_spill_all_writes_what_is_cached_once(tmp_path: Path) -> None:
     other = kv_of(8, seed=2)
     cache.insert("", a, kv.clone())
     cache.insert("", b, other.clone(), value_offset=16)
-    spiller = Spiller(tier)
+    spiller = Spiller(TierStack(tier))
     spiller.spill_all(cache)
     spiller.spill_all(cache)  # nothing new: every block is stored already
     tier.flush()
@@ -85,7 +88,7 @@ def test_the_loader_loads_while_a_figure_is_unknown_then_decides_by_them(tmp_pat
     tier.flush()
     cache: RadixCache[torch.Tensor] = RadixCache(None, ops=KV_OPS)
     loader = Loader(
-        tier,
+        TierStack(tier),
         Prefixes(cache, 0.0),
         chunk_size=256,
         kv_bytes_per_token=BYTES_PER_TOKEN,
@@ -105,7 +108,7 @@ def test_the_loader_loads_while_a_figure_is_unknown_then_decides_by_them(tmp_pat
 def test_the_prefill_ewma_weighs_chunks_by_length_and_is_kept_in_the_tier(tmp_path: Path) -> None:
     tier = tier_at(tmp_path)
     loader = Loader(
-        tier,
+        TierStack(tier),
         Prefixes(RadixCache(None, ops=KV_OPS), 0.0),
         chunk_size=256,
         kv_bytes_per_token=BYTES_PER_TOKEN,
@@ -121,7 +124,7 @@ def test_the_prefill_ewma_weighs_chunks_by_length_and_is_kept_in_the_tier(tmp_pa
     tier.close()
     again = tier_at(tmp_path)
     seeded = Loader(
-        again,
+        TierStack(again),
         Prefixes(RadixCache(None, ops=KV_OPS), 0.0),
         chunk_size=256,
         kv_bytes_per_token=BYTES_PER_TOKEN,
