@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentwarm.engines.base import new_rid
 
-__all__ = ("metric", "namespace", "prompt")
+__all__ = ("LONG", "long_test", "metric", "namespace", "prompt")
+
+#: Opts in to the vLLM tests too long for `.ci/run` on 2 shared cores (each says why).
+LONG = "AGENTWARM_VLLM_LONG_TESTS"
+
+
+def long_test(why: str) -> pytest.MarkDecorator:
+    """Skip unless ``AGENTWARM_VLLM_LONG_TESTS=1``: ``why`` says what makes the test long."""
+    return pytest.mark.skipif(os.environ.get(LONG) != "1", reason=f"{why}; set {LONG}=1")
 
 
 def prompt(n: int) -> list[int]:

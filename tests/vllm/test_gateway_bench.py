@@ -6,7 +6,11 @@ embedded engine by tests/gateway/test_gateway_bench.py) run on the one server, e
 ``cache_salt`` of its own; through the gateway the
 learner prefetches the next head into vLLM's cache and at least one measured step finds it.
 No timing is asserted (the server may be shared and the machine loaded): only that no request
-failed, both rows are there, and the learner prefetched and hit. ~1 min on a quiet machine.
+failed, both rows are there, and the learner prefetched and hit. ~5 min on 2 cores (318 s in the
+clean-clone CI run at 9f7773c, a third of the vLLM tests' time): opt-in
+(``AGENTWARM_VLLM_LONG_TESTS=1``), like the tier tests; the gateway prefetching into vLLM is
+covered in CI by ``tests/vllm/test_gateway.py``, the benchmark itself by
+``tests/gateway/test_gateway_bench.py`` on the embedded engine.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import pytest
 
 from tests.conftest_server import ROOT
+from tests.vllm.helpers import long_test
 from tests.vllm_server import MODEL
 
 CONVERSATIONS = ROOT.parent / "shared" / "data" / "tau-airline" / "conversations.jsonl"
@@ -26,6 +31,7 @@ pytestmark = [
     pytest.mark.skipif(
         not CONVERSATIONS.is_file(), reason=f"{CONVERSATIONS} is not there (shared data)"
     ),
+    long_test("replays conversations through the gateway in front of vLLM (~5 min)"),
     pytest.mark.timeout(1800),  # the subprocess's own limit, on a loaded shared server
 ]
 

@@ -34,8 +34,8 @@ async def test_agentwarm_run_learns_and_prefetches_on_vllm(vllm_url: str) -> Non
     engine = await VLLMEngine.from_url(vllm_url, wait_s=10)
     block = engine.block_size
     await engine.aclose()
-    report = run_json("--engine", f"vllm:{vllm_url}", "--runs", "3")
-    assert report["runs"] == 3 and report["failed_runs"] == []
+    report = run_json("--engine", f"vllm:{vllm_url}", "--runs", "2")
+    assert report["runs"] == 2 and report["failed_runs"] == []
     assert report["prefetches_issued"] > 0 and report["prefetch_hits"] > 0
     assert report["branch_hits"] > 0
     # What the live requests found cached, in vLLM's whole blocks (128 tokens on CPU).

@@ -18,7 +18,6 @@ connector, used here because it is the tier this build runs, never across tenant
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -31,17 +30,14 @@ from agentwarm.engines.vllm import VLLMEngine
 from agentwarm.warmup.keepwarm import KeepWarm
 from agentwarm.warmup.types import Plan, WarmPrefix
 from agentwarm.warmup.warmer import Warmer
-from tests.vllm.helpers import prompt
+from tests.vllm.helpers import long_test, prompt
 from tests.vllm_server import VLLMServer, missing
 from tests.waiting import until
 from tests.warmup.test_keepwarm import Ticks
 
 #: A third vLLM server on 2 shared cores did not start within the test timeout in CI (the
 #: clean-clone run at 3ee1b76: 300 s); opt in where cores allow it.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("AGENTWARM_VLLM_TIER_TESTS") != "1",
-    reason="starts a second vLLM server with a KV connector; set AGENTWARM_VLLM_TIER_TESTS=1",
-)
+pytestmark = long_test("starts a second vLLM server with a KV connector")
 
 BLOCK = 128
 BLOCKS = 12  # the device cache: 1,536 tokens
