@@ -74,6 +74,7 @@ class MeteredEngine(Engine):
         self.records: list[RequestRecord] = []
         self.model_name = inner.model_name
         self.supports_promotion = inner.supports_promotion
+        self.preempts_speculation = inner.preempts_speculation
         self.chat_template = inner.chat_template  # prompts are rendered as the engine's own
 
     @property

@@ -117,6 +117,12 @@ class Engine(ABC):
     #: True when a live request reuses an in-flight speculative prefill of its prefix (so the
     #: runtime need not wait for that prefill before sending the live request).
     supports_promotion: bool = False
+    #: True when a live request preempts speculative work at once (within one layer, not one
+    #: prefill chunk) and the engine runs one request at a time: a speculative token the live
+    #: request overtakes is then never computed at its expense, so speculation may fill idle
+    #: time past the expected window (:mod:`agentwarm.runtime.prefetch.spend`). False for
+    #: servers that batch speculative prefills with live work (vLLM, SGLang).
+    preempts_speculation: bool = False
     #: The model's chat template, which the runtime renders prompts with; ``None`` (no template:
     #: the runtime uses :data:`agentwarm.chat.FALLBACK`). Engines set it from their tokenizer.
     chat_template: ChatTemplate | None = None

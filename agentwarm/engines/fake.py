@@ -112,6 +112,7 @@ class FakeEngine(Engine):
     """
 
     supports_promotion = True
+    preempts_speculation = True
     provider_name = tm.PROVIDER_FAKE
     span_kind = SpanKind.INTERNAL
 

@@ -141,6 +141,7 @@ class MultiWorkerEngine(Engine):
         self.model_name = first.model_name
         self.chat_template = first.chat_template  # all workers serve one model
         self.supports_promotion = all(e.supports_promotion for _, e in named)
+        self.preempts_speculation = all(e.preempts_speculation for _, e in named)
         kinds = {(e.provider_name, e.span_kind) for _, e in named}
         if len(kinds) > 1:
             raise ValueError(

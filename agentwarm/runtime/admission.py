@@ -21,6 +21,7 @@ warm-ups and live requests never go through admission.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -40,10 +41,13 @@ class Ticket:
 
     ``after``, when set, is the end of the request whose slot this one takes over: send only
     once it is done. ``value`` is the expected value; ``math.inf`` makes it unpreemptible
-    (a hit, which a live request is about to reuse)."""
+    (a hit, which a live request is about to reuse). ``tokens`` is its prompt's length (what it
+    holds of the cache), ``work`` what its prefill is expected to compute (the prompt less what
+    was sent before: the engine time it takes; :attr:`Admission.work_in_flight`)."""
 
     value: float
     tokens: int
+    work: int = 0
     stop: Callable[[], None] | None = None
     after: asyncio.Future[None] | None = None
     done: asyncio.Future[None] | None = field(default=None, repr=False)
@@ -88,6 +92,7 @@ class Admission:
         self.sized = False
         self._held: dict[int, Ticket] = {}
         self._tokens = 0
+        self._work = 0
         self._slots = 0
         self.admitted = 0
         self.dropped = 0
@@ -122,6 +127,13 @@ class Admission:
         """Prompt tokens of the admitted requests not yet released (queued or prefilling)."""
         return self._tokens
 
+    @property
+    def work_in_flight(self) -> int:
+        """Tokens the admitted requests not yet released were expected to compute (their
+        ``work``: what was new in each prompt when it was sent), the engine time they hold:
+        a prompt sent before in full but for its last message counts only that message."""
+        return self._work
+
     def may_admit(self, value: float, limits: Limits) -> bool:
         """Whether a request of expected value ``value`` could be admitted now, whatever its
         size: false when the rate is spent or every slot is held by a request worth as much.
@@ -146,9 +158,11 @@ class Admission:
         limits: Limits,
         stop: Callable[[], None] | None = None,
         replace: Ticket | None = None,
+        work: int | None = None,
     ) -> Ticket | None:
         """Admit a speculative request now, or refuse it (``None``: drop it and count it).
 
+        ``work`` is what its prefill is expected to compute (default: all ``tokens``).
         ``replace`` is a ticket of the caller's own that the new request supersedes (a longer
         prefix of the same prefetch): its slot is handed over, and the caller stops it."""
         now = self._clock()
@@ -173,10 +187,12 @@ class Admission:
                 return None
             self.preempted += 1
         self._level -= 1.0
-        ticket = Ticket(value=value, tokens=tokens, stop=stop)
+        work = tokens if work is None else max(0, work)
+        ticket = Ticket(value=value, tokens=tokens, stop=stop, work=work)
         ticket.done = asyncio.get_running_loop().create_future()
         self._held[id(ticket)] = ticket
         self._tokens += tokens
+        self._work += work
         self.admitted += 1
         if victim is None:
             self._slots += 1
@@ -184,10 +200,20 @@ class Admission:
         else:
             victim.replaced = True
             self._tokens -= victim.tokens
+            self._work -= victim.work
             ticket.after = victim.done
             if victim is not replace and victim.stop is not None:
                 victim.stop()
         return ticket
+
+    def promote(self, ticket: Ticket) -> None:
+        """A live request is about to reuse ``ticket``'s request (a branch hit): it is never
+        preempted from now on, and what is left of its prefill is live work, not speculation
+        in flight (its ``work`` leaves :attr:`work_in_flight`)."""
+        ticket.value = math.inf
+        if not (ticket.released or ticket.replaced):
+            self._work -= ticket.work
+        ticket.work = 0
 
     def _fits(self, tokens: int, limits: Limits) -> bool:
         return limits.max_tokens is None or self._tokens + tokens <= limits.max_tokens
@@ -204,6 +230,7 @@ class Admission:
         ticket.released = True
         if self._held.pop(id(ticket), None) is not None and not ticket.replaced:
             self._tokens -= ticket.tokens
+            self._work -= ticket.work
             self._slots -= 1
         done = ticket.done
         if done is None or done.done():
@@ -233,13 +260,17 @@ class RunAdmission:
         tokens: int,
         stop: Callable[[], None] | None = None,
         replace: Ticket | None = None,
+        work: int | None = None,
     ) -> Ticket | None:
         return self.admission.try_acquire(
-            value=value, tokens=tokens, limits=self.limits, stop=stop, replace=replace
+            value=value, tokens=tokens, limits=self.limits, stop=stop, replace=replace, work=work
         )
 
     def release(self, ticket: Ticket) -> None:
         self.admission.release(ticket)
+
+    def promote(self, ticket: Ticket) -> None:
+        self.admission.promote(ticket)
 
     @property
     def in_flight(self) -> int:
@@ -248,6 +279,10 @@ class RunAdmission:
     @property
     def tokens_in_flight(self) -> int:
         return self.admission.tokens_in_flight
+
+    @property
+    def work_in_flight(self) -> int:
+        return self.admission.work_in_flight
 
     @property
     def admitted(self) -> int:

@@ -36,6 +36,9 @@ class PrefetchRecord:
     refused: str | None = None
     """What refused it, when admission or the step's budget did (``rate``, ``in_flight``,
     ``tokens``, ``step_budget``): the cause of its ``dropped`` outcome."""
+    filled: bool = False
+    """Sent to fill idle time once the step's other speculation had finished (``fill_idle``),
+    not by the step's first choice."""
 
     @property
     def speculative(self) -> bool:

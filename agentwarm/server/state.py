@@ -145,6 +145,7 @@ class ServerState:
             "engine": type(self.engine).__name__,
             "tokenizer": self.tokenizer_kind,
             "supports_promotion": bool(getattr(self.engine, "supports_promotion", False)),
+            "preempts_speculation": bool(getattr(self.engine, "preempts_speculation", False)),
         }
 
 

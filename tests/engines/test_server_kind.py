@@ -42,6 +42,10 @@ async def test_agentwarm_serve_is_an_sglang_server() -> None:
         engine = await open_engine(worker.url, "tiny")
         try:
             assert isinstance(engine, SGLangEngine)
+            # What the server's engine does, read from its /model_info (an SGLang server
+            # says neither: both stay False there).
+            assert engine.supports_promotion is True
+            assert engine.preempts_speculation is True
         finally:
             await engine.aclose()
 

@@ -540,6 +540,7 @@ async def test_flush_cache_refusal_is_an_error() -> None:
 def test_sglang_engine_is_an_engine() -> None:
     assert issubclass(SGLangEngine, Engine)
     assert SGLangEngine.supports_promotion is False
+    assert SGLangEngine.preempts_speculation is False  # SGLang batches speculation with live work
 
 
 def test_importing_agentwarm_never_imports_sglang() -> None:

@@ -1,82 +1,30 @@
 """The prefetcher chooses its candidates by expected value (``PrefetchPolicy.spend="value"``,
 the default; :mod:`agentwarm.runtime.prefetch.spend`): inside the idle window a candidate is sent
 when ``p >= 0.1 / 1.1``, past it when ``p >= 0.5``; what a candidate costs is the tokens past
-what was sent for it before (issue 15)."""
+what was sent for it before (issue 15). These tests are of the first choice alone
+(``fill_idle=False``); filling idle time past the window is ``test_spend_fill.py``'s."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from agentwarm import END, Context, FakeEngine, PrefetchPolicy, WorkflowGraph, node
+from agentwarm import FakeEngine, PrefetchPolicy
 from agentwarm.runtime.admission import Limits, admission_for
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.prefetch.spend import choose
 from agentwarm.runtime.result import RunResult
 from agentwarm.runtime.session import WorkflowSession
-from tests.waiting import step_prefetches_done
+from tests.runtime import spend_workflow as sw
+from tests.runtime.spend_workflow import LEAVES, PREDICTED, SYSTEM_CHARS
 
-LEAVES = ("b", "c", "d", "e")
-PREDICTED = [("b", 0.6), ("c", 0.3), ("d", 0.05), ("e", 0.05)]
-SYSTEM_CHARS = 2000
-"""Each leaf's system prompt: about 2000 tokens of FakeEngine's bytes."""
-
-
-class _Fixed:
-    """Predicts ``PREDICTED`` from a, END from the leaves; learns nothing."""
-
-    def predict(
-        self, path: Sequence[str], state: Mapping[str, Any], *, candidates: Collection[str]
-    ) -> list[tuple[str, float]]:
-        return list(PREDICTED) if path[-1] == "a" else [(END, 1.0)]
-
-    def observe(self, path: Sequence[str], nxt: str) -> None:
-        pass
-
-
-def _workflow() -> Any:
-    @node(name="a", entry=True, system="A" * 200, next=list(LEAVES))
-    async def a(ctx: Context) -> str:
-        await ctx.llm(ctx.input, max_tokens=4)  # a's candidates are sent after this call
-        await step_prefetches_done(ctx)  # a tool call that outlasts the prefetches
-        return "b"
-
-    def leaf(name: str) -> Any:
-        @node(name=name, system=name.upper() * SYSTEM_CHARS, next=[END])
-        async def fn(ctx: Context) -> str:
-            await ctx.llm("go", max_tokens=2)
-            return END
-
-        return fn
-
-    return WorkflowGraph("spend").add(a, *(leaf(n) for n in LEAVES)).compile()
-
-
-def _session() -> WorkflowSession:
-    return _workflow().session(predictor=_Fixed())
+_session = sw.session
+_sent = sw.sent
+_window = sw.teach_window
 
 
 async def _run(session: WorkflowSession, text: str = "x", **policy: Any) -> RunResult:
-    engine = FakeEngine(seconds_per_token=1e-6, seconds_per_output_token=1e-5)
-    return await session.run(
-        text, engine=engine, policy=PrefetchPolicy(warm_confirmed=False, **policy)
-    )
-
-
-def _sent(result: RunResult) -> list[str]:
-    """a's speculative candidates that were sent (admitted), in order."""
-    return [p.target for p in result.steps[0].prefetches if p.speculative and p.requests > 0]
-
-
-def _window(session: WorkflowSession, tokens: float) -> None:
-    """Teach the session an idle window of ``tokens`` after a's speculation: 1000 tokens/s of
-    prefill, ``tokens / 1000`` s of idle time (repeated until older observations weigh
-    nothing)."""
-    for _ in range(80):
-        session.spend.observe_prefill(1000, 1.0)
-        session.spend.observe_idle("a", tokens / 1000)
-    assert math.isclose(session.spend.free_tokens("a"), tokens, rel_tol=1e-6)
+    return await sw.run(session, text, **{"fill_idle": False, **policy})
 
 
 async def test_value_sends_what_is_worth_it_in_an_infinite_idle_window_top_n_sends_all() -> None:
@@ -121,7 +69,7 @@ async def test_a_prefix_sent_before_costs_only_its_new_tokens() -> None:
     assert _sent(await _run(fresh, "second question, a little longer")) == ["b"]
     # Another namespace keeps its own: there, c's prefix was never sent.
     engine = FakeEngine(seconds_per_token=1e-6, seconds_per_output_token=1e-5)
-    policy = PrefetchPolicy(warm_confirmed=False)
+    policy = PrefetchPolicy(warm_confirmed=False, fill_idle=False)
     tenant = await session.run("second question", engine=engine, policy=policy, namespace="t2")
     assert _sent(tenant) == ["b"]
 
@@ -149,7 +97,7 @@ async def test_speculative_tokens_in_flight_on_the_engine_shrink_the_window() ->
     held = admission.try_acquire(value=1.0, tokens=4000, limits=Limits())  # another run's
     assert held is not None and admission.tokens_in_flight == 4000
     _window(session, 5000.0)
-    policy = PrefetchPolicy(warm_confirmed=False)
+    policy = PrefetchPolicy(warm_confirmed=False, fill_idle=False)
     result = await session.run("x", engine=engine, policy=policy)
     assert _sent(result) == ["b"]  # 1000 tokens left: as in a window of 1000
     admission.release(held)

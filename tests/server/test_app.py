@@ -327,6 +327,7 @@ async def test_info_endpoints_have_what_sglang_router_reads(
     assert info["tokenizer_path"] is None
     assert info["agentwarm"]["tokenizer"] == "byte"
     assert info["agentwarm"]["supports_promotion"] is True
+    assert info["agentwarm"]["preempts_speculation"] is True
     server = (await client.get("/server_info")).json()
     assert server == (await client.get("/get_server_info")).json()
     assert (server["dp_size"], server["tp_size"], server["chunked_prefill_size"]) == (1, 1, 256)

@@ -123,6 +123,7 @@ class LocalEngine(Engine):
     """
 
     supports_promotion = True
+    preempts_speculation = True
     provider_name = tm.PROVIDER_LOCAL
     span_kind = SpanKind.INTERNAL
 

@@ -161,6 +161,7 @@ class SGLangEngine(Engine):
             ext = info.get("agentwarm")
             if isinstance(ext, Mapping):
                 engine.supports_promotion = bool(ext.get("supports_promotion", False))
+                engine.preempts_speculation = bool(ext.get("preempts_speculation", False))
             if engine._tokenizer is None:
                 await asyncio.to_thread(engine._resolve_tokenizer, info)
         except BaseException:

@@ -16,6 +16,7 @@ run's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,15 @@ class Choice:
         """A live LLM call of the run starts now."""
         self._idle.live()
 
+    def waiting(self, scope: StepScope) -> bool:
+        """Whether ``scope``'s step has speculated and the run made no live call since."""
+        return self._idle.pending(scope)
+
+    def new_tokens(self, target: str, ids: list[int]) -> int:
+        """What sending ``ids`` as ``target``'s prefix would compute: the tokens past what was
+        sent for it before (call before :meth:`sent`)."""
+        return self._sent.new_tokens((self.namespace, target), ids, run=self.run_id)
+
     def sent(self, target: str, ids: list[int]) -> None:
         """``ids`` were sent (or shared) as ``target``'s prefix: cached from now on."""
         self._sent.sent((self.namespace, target), ids, run=self.run_id)
@@ -101,11 +111,16 @@ class Choice:
         return within_budget(targets, render, self.budget - spent, admissible)
 
     def candidates(
-        self, scope: StepScope, limits: Limits, hinted: str | None = None
+        self, scope: StepScope, limits: Limits, hinted: str | None = None, *, fill: bool = False
     ) -> tuple[dict[str, tuple[int, float]], PrefixIds]:
         """The candidates of ``scope``'s step not prefetched yet, ``name -> (rank, p)`` in
         order (``hinted`` added, rank -1, if not chosen), and the prefixes rendered to choose
-        them (rendered on demand, once)."""
+        them (rendered on demand, once).
+
+        ``fill``: the engine is idle now (the step's speculation has all finished and no live
+        call came): the window is open, every token priced idle, and only the first candidate
+        worth it at that price is taken (the next one waits for this one's end); the others
+        keep the verdict of the choice that held them back."""
         # A node seen not to call the LLM reads no prompt: it takes no candidate's place.
         reads = self.timing.reads_prompt
         predictions = [(n, p) for n, p in scope.predictions if n == END or reads(n)]
@@ -117,13 +132,15 @@ class Choice:
             return rendered[target]
 
         def new_tokens(target: str) -> int:
-            key = (self.namespace, target)
-            return self._sent.new_tokens(key, prefix_ids(target), run=self.run_id)
+            return self.new_tokens(target, prefix_ids(target))
 
-        queued = self.admission.tokens_in_flight
-        free = self.spend.free_tokens(
-            scope.spec.name, queued_tokens=queued, elapsed_s=self._elapsed_s
-        )
+        if fill:
+            free = math.inf
+        else:  # less what the speculation in flight will compute first (FCFS)
+            queued = self.admission.work_in_flight
+            free = self.spend.free_tokens(
+                scope.spec.name, queued_tokens=queued, elapsed_s=self._elapsed_s
+            )
         chosen, judged = judged_choice(
             predictions,
             policy=self.policy,
@@ -133,6 +150,13 @@ class Choice:
             reads_prompt=reads,
             ranked=scope.predictions,
         )
+        if fill:
+            fresh = [c for c in chosen if c[1] not in scope.prefetches]
+            for rank, name, p in fresh[1:]:  # held for the next fill, or priced out at last
+                judged[name] = scope.verdicts.get(name) or Miss(
+                    MissReason.PRICED_OUT, p=p, price=self.policy.busy_price, rank=rank
+                )
+            chosen = fresh[:1]
         scope.verdicts.update(judged)
         if hinted is not None and hinted not in {name for _, name, _ in chosen}:
             chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
@@ -140,12 +164,12 @@ class Choice:
         return {n: (rank, p) for rank, n, p in chosen if n not in scope.prefetches}, prefix_ids
 
     def to_send(
-        self, scope: StepScope, limits: Limits, hinted: str | None = None
+        self, scope: StepScope, limits: Limits, hinted: str | None = None, *, fill: bool = False
     ) -> Iterator[tuple[str, int, float, list[int] | None]]:
         """The :meth:`candidates` to start now, ``(name, rank, p, ids)`` in order, until the
         step's budget (less what its prefetches hold) would be passed; ``ids`` ``None``: refused
         by admission (not rendered, unless the choice by value did)."""
-        ranked, prefix_ids = self.candidates(scope, limits, hinted)
+        ranked, prefix_ids = self.candidates(scope, limits, hinted, fill=fill)
 
         def admissible(name: str) -> bool:
             return self.admission.may_admit(ranked[name][1])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from agentwarm.runtime.admission import RunAdmission
 from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.choice import Choice
+from agentwarm.runtime.prefetch.fill import fills, idle_now
 from agentwarm.runtime.prefetch.hinting import Reading
 from agentwarm.runtime.prefetch.rules import (
     hit_targets,
@@ -29,10 +29,9 @@ from agentwarm.runtime.prefetch.rules import (
 )
 from agentwarm.runtime.prefetch.sender import Sender
 from agentwarm.runtime.prefetch.settle import Settler
-from agentwarm.runtime.prefetch.state import Prefetch, Request, StepScope
+from agentwarm.runtime.prefetch.state import Prefetch, Request, StepScope, open_prefetch
 from agentwarm.runtime.prefetch.warmups import WarmUps
 from agentwarm.runtime.prompt import PromptRenderer
-from agentwarm.runtime.records import PrefetchRecord
 from agentwarm.runtime.timing import StepTiming
 
 if TYPE_CHECKING:
@@ -115,6 +114,7 @@ class Prefetcher(Reading):
             timeout_s=policy.prefill_timeout_s,
         )
         self._open: set[StepScope] = set()
+        self._fills = fills(policy, engine)
         self._all: list[Prefetch] = []
         self._swallowed = 0
 
@@ -200,30 +200,9 @@ class Prefetcher(Reading):
     def _new_prefetch(
         self, scope: StepScope, target: str, kind: PrefetchKind, p: float, rank: int, tokens: int
     ) -> Prefetch:
-        record = PrefetchRecord(
-            target=target,
-            probability=p,
-            rank=rank,
-            kind=kind,
-            tokens=tokens,
-            issued_after_s=time.perf_counter() - scope.started,
+        pf = open_prefetch(
+            self._tracer, self.workflow.name, self.run_id, scope, target, kind, p, rank, tokens
         )
-        speculative = kind == PrefetchKind.SPECULATIVE
-        span = self._tracer.start_span(
-            tm.SPAN_PREFILL,
-            attributes=tm.prefill_attributes(
-                workflow=self.workflow.name,
-                run_id=self.run_id,
-                source=scope.spec.name,
-                target=target,
-                kind=kind,
-                tokens=tokens,
-                probability=p if speculative else None,
-                rank=rank if speculative else None,
-            ),
-        )
-        scope.prefetch_records.append(record)
-        pf = Prefetch(record=record, span=span)
         self._all.append(pf)
         return pf
 
@@ -251,12 +230,32 @@ class Prefetcher(Reading):
         if req is not None:
             pf.requests.append(req)
             pf.record.tokens = max(pf.record.tokens, len(ids))
-        elif self._sender.submit(pf, ids, Priority.SPECULATIVE, key=key, replace=replace) is None:
-            pf.record.refused = self.admission.refusal
-            return False
+        else:
+            work = self._choice.new_tokens(pf.record.target, ids)
+            req = self._sender.submit(
+                pf, ids, Priority.SPECULATIVE, key=key, replace=replace, work=work
+            )
+            if req is None:
+                pf.record.refused = self.admission.refusal
+                return False
+            if self._fills:  # its end may leave the engine idle
+                assert req.task is not None
+                req.task.add_done_callback(lambda _: self._fill(scope))
         pf.ids = ids
         self._choice.sent(pf.record.target, ids)
         return True
+
+    def _fill(self, scope: StepScope) -> None:
+        """One of ``scope``'s speculative prefills ended: fill the idle time (:mod:`.fill`)."""
+        if scope not in self._open:
+            return
+        try:
+            limits = self.guardrail.limits(self.policy)
+            if idle_now(scope, self._choice, limits):
+                for name, rank, p, ids in self._choice.to_send(scope, limits, fill=True):
+                    self._start(scope, name, p, rank, ids).record.filled = True
+        except Exception as exc:
+            self._swallow(exc, "filling idle time in step %r", scope.spec.name)
 
     # --- resolve ----------------------------------------------------------------------------
 
@@ -282,7 +281,7 @@ class Prefetcher(Reading):
                     continue
                 kept.add(id(req))
                 if req.ticket is not None:
-                    req.ticket.value = math.inf  # a live request reuses it: never preempted
+                    self.admission.promote(req.ticket)  # a live request reuses it
         for target, pf in scope.prefetches.items():
             if target in hits:
                 pf.record.outcome = PrefetchOutcome.HIT
@@ -363,6 +362,7 @@ class Prefetcher(Reading):
         """Called before a node's live request (:meth:`WarmUps.before_live`); the idle time
         since the run's last speculation ends."""
         self._choice.live()
+        self._sender.live()
         await self._warm_ups.before_live(node)
 
     def _pending(self) -> list[asyncio.Task[Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -27,8 +28,12 @@ log = logging.getLogger(__name__)
 class Sender:
     """Starts, stops and aborts the prefill requests of one run on one engine; owns the aborts
     still running (``background``). ``on_prefill(tokens, seconds)`` hears of each prefill that
-    finished (not aborted) having computed ``tokens`` in ``seconds`` (from its send to its end,
-    waits in the engine's queue included)."""
+    finished (not aborted) having computed ``tokens`` in ``seconds``: its service time, from its
+    send or the end of the run's previous prefill, whichever came later (the engine serves a
+    run's speculative prefills first come, first served: a wait behind the run's own earlier
+    prefill is not this one's time). A prefill during which the run made a live call
+    (:meth:`live`) is not heard of: the live request preempted it, and its time is the live
+    request's, not a measure of prefill throughput."""
 
     def __init__(
         self,
@@ -48,6 +53,12 @@ class Sender:
         self.on_prefill = on_prefill
         self.background: set[asyncio.Task[Any]] = set()
         self.failures = 0
+        self._live_calls = 0
+        self._last_end = -math.inf
+
+    def live(self) -> None:
+        """The run makes a live call now: a prefill still running is no throughput sample."""
+        self._live_calls += 1
 
     def submit(
         self,
@@ -57,9 +68,11 @@ class Sender:
         after: asyncio.Task[Any] | None = None,
         key: int = 0,
         replace: Request | None = None,
+        work: int | None = None,
     ) -> Request | None:
         """Start a request for ``ids``; a speculative one only if admission admits it now
-        (``None`` otherwise: it is dropped, never queued)."""
+        (``None`` otherwise: it is dropped, never queued). ``work``: the tokens its prefill is
+        expected to compute (admission's ``work_in_flight``; default all of ``ids``)."""
         req = Request(rid=new_rid(), ids_len=len(ids), key=key, credit=pf)
         if priority < Priority.LIVE:  # speculation is admitted per engine, confirmed warm-ups not
             ticket = self.admission.try_acquire(
@@ -67,6 +80,7 @@ class Sender:
                 tokens=len(ids),
                 stop=lambda: self.stop(req),  # preempted for a likelier prefetch
                 replace=replace.ticket if replace is not None else None,
+                work=work,
             )
             if ticket is None:
                 return None
@@ -100,6 +114,7 @@ class Sender:
                 return None
             req.sent = True
             started = time.perf_counter()
+            live_calls = self._live_calls
             result = await asyncio.wait_for(
                 self.engine.prefill(
                     ids,
@@ -126,8 +141,16 @@ class Sender:
                 self.spawn(self._quiet_abort(req.rid))
             return None
         req.result = result
-        if self.on_prefill is not None and result.done and result.computed_tokens > 0:
-            self.on_prefill(result.computed_tokens, time.perf_counter() - started)
+        ended = time.perf_counter()
+        served_from = max(started, self._last_end)
+        self._last_end = ended
+        if (
+            self.on_prefill is not None
+            and result.done
+            and result.computed_tokens > 0
+            and live_calls == self._live_calls
+        ):
+            self.on_prefill(result.computed_tokens, ended - served_from)
         return result
 
     def stop(self, req: Request) -> None:

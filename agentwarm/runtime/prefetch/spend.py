@@ -30,12 +30,26 @@ Example: ``free_tokens`` 1000; A (p 0.4, 600 tokens) fits whole: sent, ``S`` = 6
 800 tokens) would be 400 idle + 400 busy, ``price`` 0.55, threshold 0.355: not sent; C (p 0.1,
 300 tokens) fits whole: sent.
 
+**Filling idle time.** The window is an expectation: think times vary, and on an engine whose
+live requests preempt speculation at once and which runs one request at a time
+(``Engine.preempts_speculation``: the embedded engine) a token past the window costs live work
+nothing: the next live request overtakes it (a loser is then stopped, a winner's live request
+computes only what it has not). So with ``PrefetchPolicy.fill_idle`` (default), once a step's
+speculation has all finished and its next live call has not come, the engine is idle *now*: the
+likeliest candidate left worth sending at ``idle_price`` is sent, one at a time (its end asks
+again), and only then: a candidate is issued only when there is idle time to compute it in.
+Engines that batch speculation with live work (vLLM, SGLang) keep the busy price.
+
 **The inputs** are plain numbers, learned by :class:`SpendEstimator` (one per workflow, or per
-engine: it holds no run's state): the prefill throughput (an EWMA over finished prefills), the
-expected idle seconds after each node's speculation (an EWMA per node, fed through a run's
-:class:`IdleClock`), and the queued tokens the caller knows. Before anything is observed the
-idle window is infinite: every token is priced ``idle_price``. :class:`SentPrefixes` estimates a
-candidate's new tokens from what was sent for it before (its prefix grows append-only).
+engine: it holds no run's state): the prefill throughput (an EWMA over finished prefills, each
+timed by its service time, a prefill a live call overtook left out: see
+:class:`~agentwarm.runtime.prefetch.sender.Sender`), the expected idle seconds after each node's
+speculation (an EWMA per node, fed through a run's :class:`IdleClock`), and the queued tokens
+the caller knows: the *work* in flight (what each admitted prefill computes, not its prompt's
+length: :attr:`~agentwarm.runtime.admission.Admission.work_in_flight`). Before anything is
+observed the idle window is infinite: every token is priced ``idle_price``.
+:class:`SentPrefixes` estimates a candidate's new tokens from what was sent for it before (its
+prefix grows append-only).
 """
 
 from __future__ import annotations
@@ -228,6 +242,10 @@ class IdleClock:
             return now - self._mark[1]
         self._mark = (node, now, step)
         return 0.0
+
+    def pending(self, step: object) -> bool:
+        """Whether ``step`` speculated and no live call has come since (its idle time runs)."""
+        return self._mark is not None and self._mark[2] is step
 
     def live(self) -> None:
         """A live LLM call starts now: the idle time since the mark ends."""

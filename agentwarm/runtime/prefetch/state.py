@@ -16,17 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
-from agentwarm._spec import Miss, MissReason
+from agentwarm import telemetry as tm
+from agentwarm._spec import Miss, MissReason, PrefetchKind
 from agentwarm.engines.base import PrefillResult, PrefillStatus
 from agentwarm.runtime.prefetch.spend import common_prefix_len
+from agentwarm.runtime.records import PrefetchRecord
 
 if TYPE_CHECKING:
     from agentwarm._spec import NodeSpec
     from agentwarm.predictors import StepContext
     from agentwarm.runtime.admission import Ticket
-    from agentwarm.runtime.records import PrefetchRecord, StepRecord
+    from agentwarm.runtime.records import StepRecord
 
-__all__ = ("HitProbe", "Prefetch", "Request", "StepScope", "Where")
+__all__ = ("HitProbe", "Prefetch", "Request", "StepScope", "Where", "open_prefetch")
 
 #: Where a token index of a node's prompt falls: ``(segment, message index)`` (see
 #: :meth:`~agentwarm.runtime.prompt.PromptRenderer.boundary`).
@@ -95,6 +97,45 @@ class Prefetch:
 
     def tasks(self) -> list[asyncio.Task[PrefillResult | None]]:
         return [r.task for r in self.requests if r.task is not None]
+
+
+def open_prefetch(
+    tracer: trace.Tracer,
+    workflow: str,
+    run_id: str,
+    scope: StepScope,
+    target: str,
+    kind: PrefetchKind,
+    p: float,
+    rank: int,
+    tokens: int,
+) -> Prefetch:
+    """A new :class:`Prefetch` of ``target`` in ``scope``'s step: its record (appended to the
+    step's) and its prefill span, started now."""
+    record = PrefetchRecord(
+        target=target,
+        probability=p,
+        rank=rank,
+        kind=kind,
+        tokens=tokens,
+        issued_after_s=time.perf_counter() - scope.started,
+    )
+    speculative = kind == PrefetchKind.SPECULATIVE
+    span = tracer.start_span(
+        tm.SPAN_PREFILL,
+        attributes=tm.prefill_attributes(
+            workflow=workflow,
+            run_id=run_id,
+            source=scope.spec.name,
+            target=target,
+            kind=kind,
+            tokens=tokens,
+            probability=p if speculative else None,
+            rank=rank if speculative else None,
+        ),
+    )
+    scope.prefetch_records.append(record)
+    return Prefetch(record=record, span=span)
 
 
 @dataclass(eq=False)
