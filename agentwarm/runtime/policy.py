@@ -40,8 +40,10 @@ class PrefetchPolicy(BaseModel):
     work). A candidate is sent when ``p >= price / (1 + price)``: with the defaults 0.1 and 1.0,
     ``p >= 0.091`` within the idle window and ``p >= 0.5`` past it. ``top_n`` and ``min_p`` stay
     a cap and a floor in both modes. With ``fill_idle``, on an engine whose live requests preempt
-    speculation (the embedded engine), what the window held back is sent, one candidate at a
-    time at ``idle_price``, once the step's speculation has finished before its next live call.
+    speculation (the embedded engine), a candidate that starts inside the window is priced idle
+    in full (the next live request overtakes its tokens past the window), and what the window
+    held back is sent, one candidate at a time at ``idle_price``, once the step's speculation
+    has finished before its next live call.
 
     The guardrail tracks an EWMA of the *branch hit rate* (was the actual next node among the
     candidates?); below ``guardrail_threshold`` it raises ``min_p`` to ``cautious_min_p`` and
@@ -88,8 +90,9 @@ class PrefetchPolicy(BaseModel):
     """Cost of one wasted token prefilled when live work is expected (1: a live token's)."""
     fill_idle: bool = True
     """With ``spend="value"``, on an engine whose live requests preempt speculation
-    (``Engine.preempts_speculation``: the embedded engine): once a step's speculation has all
-    finished before its next live call, send the likeliest candidate left that is worth it at
+    (``Engine.preempts_speculation``: the embedded engine): price a candidate that starts inside
+    the idle window at ``idle_price`` in full, and once a step's speculation has all finished
+    before its next live call, send the likeliest candidate left that is worth it at
     ``idle_price``, one at a time, however small the expected window was."""
     warm_confirmed: bool = True
     warm_min_lead_s: float = Field(default=0.001, ge=0.0)

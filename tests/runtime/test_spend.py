@@ -39,12 +39,21 @@ def _value(
     top_n: int = 16,
     min_p: float = 0.0,
     top_p: float = 1.0,
+    overtaken: bool = False,
+    priced: dict[str, float] | None = None,
 ) -> list[tuple[int, str, float]]:
     def new_tokens(name: str) -> int:
         return tokens if isinstance(tokens, int) else tokens[name]
 
     return choose_by_value(
-        preds, new_tokens=new_tokens, free_tokens=free, top_n=top_n, min_p=min_p, top_p=top_p
+        preds,
+        new_tokens=new_tokens,
+        free_tokens=free,
+        top_n=top_n,
+        min_p=min_p,
+        top_p=top_p,
+        overtaken=overtaken,
+        priced=priced,
     )
 
 
@@ -86,6 +95,24 @@ def test_a_cheap_candidate_that_fits_is_sent_one_past_the_window_needs_one_half(
     assert _names(_value([("a", 0.3), ("b", 0.2), ("c", 0.1)], tokens, free=600)) == ["a", "b"]
     # No window at all: only a coin flip or better.
     assert _names(_value([("a", 0.5), ("b", 0.49)], tokens, free=0)) == ["a"]
+
+
+def test_on_an_engine_that_overtakes_speculation_a_candidate_inside_the_window_is_idle():
+    tokens = {"a": 3000, "b": 100, "c": 100}
+    preds = [("a", 0.2), ("b", 0.3), ("c", 0.15)]
+    # Blended: a is 1000 idle + 2000 busy, price 0.7, threshold 0.4118 > 0.2: refused; b and c
+    # fit whole in the window a did not take: sent.
+    assert _names(_value(preds, tokens, free=1000)) == ["b", "c"]
+    # Overtaken: a starts inside the window, so its tokens past it are computed only if the
+    # idle time lasts: idle price, sent. b and c would start past the window (3000 spent):
+    # busy price, threshold 0.5: held back (for the fill).
+    assert _names(_value(preds, tokens, free=1000, overtaken=True)) == ["a"]
+    priced: dict[str, float] = {}
+    _value(preds, tokens, free=1000, overtaken=True, priced=priced)
+    assert priced == {"b": 1.0, "c": 1.0}
+    # No window at all: the same rule either way.
+    assert _names(_value(preds, tokens, free=0, overtaken=True)) == []
+    assert _names(_value(preds, tokens, free=math.inf, overtaken=True)) == ["a", "b", "c"]
 
 
 def test_a_candidate_with_nothing_new_costs_the_price_of_the_next_token():

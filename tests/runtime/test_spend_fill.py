@@ -72,6 +72,36 @@ async def test_an_engine_that_batches_speculation_is_not_filled() -> None:
     assert sw.sent(result) == ["b"]
 
 
+class Ranked:
+    """Predicts ``preds`` from a, END from the leaves; learns nothing."""
+
+    def __init__(self, preds: list[tuple[str, float]]) -> None:
+        self.preds = preds
+
+    def predict(self, path, state, *, candidates):  # type: ignore[no-untyped-def]
+        return list(self.preds) if path[-1] == "a" else [("__end__", 1.0)]
+
+    def observe(self, path, nxt):  # type: ignore[no-untyped-def]
+        pass
+
+
+async def test_a_candidate_that_starts_inside_the_window_is_priced_idle_in_full() -> None:
+    # c (p 0.3, about 2000 new tokens) in a window of 1000: blended price 0.55, threshold
+    # 0.355 > 0.3. On an engine that overtakes speculation its tokens past the window cost
+    # live work nothing: priced idle, sent by the first choice (not a fill).
+    preds = [("c", 0.3), ("b", 0.25), ("d", 0.05), ("e", 0.05)]
+    session = sw.workflow(settled).session(predictor=Ranked(preds))
+    sw.teach_window(session, 1000.0)
+    result = await sw.run(session)
+    records = _records(result)
+    assert sw.sent(result) == ["c", "b"]
+    assert records["c"].filled is False and records["b"].filled is True
+    batching = sw.workflow(settled).session(predictor=Ranked(preds))
+    sw.teach_window(batching, 1000.0)
+    on = Batching(seconds_per_token=1e-6, seconds_per_output_token=1e-5)
+    assert sw.sent(await sw.run(batching, on=on)) == []  # neither is worth the blended price
+
+
 async def test_spend_top_n_fills_nothing() -> None:
     session = sw.session(settled)
     sw.teach_window(session, 1000.0)

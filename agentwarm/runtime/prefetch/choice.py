@@ -55,8 +55,12 @@ class Choice:
         sent: SentPrefixes,
         namespace: str,
         run_id: str | None = None,
+        overtaken: bool = False,
     ) -> None:
         self.workflow = workflow
+        #: The engine's live requests overtake speculation (``fill_idle`` on an engine that
+        #: preempts it): a candidate that starts inside the window is priced idle in full.
+        self.overtaken = overtaken
         self.renderer = renderer
         self.timing = timing
         self.policy = policy
@@ -149,6 +153,7 @@ class Choice:
             free_tokens=free,
             reads_prompt=reads,
             ranked=scope.predictions,
+            overtaken=self.overtaken,
         )
         if fill:
             fresh = [c for c in chosen if c[1] not in scope.prefetches]

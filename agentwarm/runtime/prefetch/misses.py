@@ -66,6 +66,7 @@ def judged_choice(
     free_tokens: float = math.inf,
     reads_prompt: Callable[[str], bool] = lambda _: True,
     ranked: Sequence[tuple[str, float]] | None = None,
+    overtaken: bool = False,
 ) -> tuple[list[tuple[int, str, float]], dict[str, Miss]]:
     """:func:`~agentwarm.runtime.prefetch.spend.choose` (its arguments), and the
     :func:`verdicts` of the targets of ``ranked`` (default: ``predictions``) it did not take.
@@ -80,6 +81,7 @@ def judged_choice(
         new_tokens=new_tokens,
         free_tokens=free_tokens,
         priced=priced,
+        overtaken=overtaken,
     )
     normal: set[str] | None = None
     p = policy
@@ -93,6 +95,7 @@ def judged_choice(
             new_tokens=new_tokens,
             free_tokens=free_tokens,
             priced=unpriced,
+            overtaken=overtaken,
         )
         normal = {name for _, name, _ in unheld}
         priced = {**unpriced, **priced}

@@ -93,6 +93,7 @@ class Prefetcher(Reading):
             sent=sent,
             namespace=namespace,
             run_id=run_id,
+            overtaken=fills(policy, engine),
         )
         self._tracer = tm.get_tracer()
         self._instruments = tm.instruments()

@@ -30,15 +30,18 @@ Example: ``free_tokens`` 1000; A (p 0.4, 600 tokens) fits whole: sent, ``S`` = 6
 800 tokens) would be 400 idle + 400 busy, ``price`` 0.55, threshold 0.355: not sent; C (p 0.1,
 300 tokens) fits whole: sent.
 
-**Filling idle time.** The window is an expectation: think times vary, and on an engine whose
-live requests preempt speculation at once and which runs one request at a time
+**Using all the idle time.** The window is an expectation: think times vary, and on an engine
+whose live requests preempt speculation at once and which runs one request at a time
 (``Engine.preempts_speculation``: the embedded engine) a token past the window costs live work
 nothing: the next live request overtakes it (a loser is then stopped, a winner's live request
-computes only what it has not). So with ``PrefetchPolicy.fill_idle`` (default), once a step's
-speculation has all finished and its next live call has not come, the engine is idle *now*: the
-likeliest candidate left worth sending at ``idle_price`` is sent, one at a time (its end asks
-again), and only then: a candidate is issued only when there is idle time to compute it in.
-Engines that batch speculation with live work (vLLM, SGLang) keep the busy price.
+computes only what it has not). So with ``PrefetchPolicy.fill_idle`` (default) on such an
+engine (``overtaken``): a candidate that starts inside the window is priced ``idle_price`` in
+full (its tokens past the window are computed only if the idle time lasts); one that would start
+past it is held back (priced busy, as before), and once the step's speculation has all finished
+and its next live call has not come, the engine is idle *now*: the likeliest candidate left
+worth sending at ``idle_price`` is sent, one at a time (its end asks again). A candidate is thus
+issued only when there is idle time to compute it in. Engines that batch speculation with live
+work (vLLM, SGLang) keep the blended price.
 
 **The inputs** are plain numbers, learned by :class:`SpendEstimator` (one per workflow, or per
 engine: it holds no run's state): the prefill throughput (an EWMA over finished prefills, each
@@ -84,10 +87,19 @@ def threshold(price: float) -> float:
     return price / (1.0 + price)
 
 
-def _price(spent: float, n: int, free_tokens: float, idle_price: float, busy_price: float) -> float:
-    """The price per token of ``n`` tokens sent after ``spent`` within a ``free_tokens`` window."""
+def _price(
+    spent: float,
+    n: int,
+    free_tokens: float,
+    idle_price: float,
+    busy_price: float,
+    overtaken: bool = False,
+) -> float:
+    """The price per token of ``n`` tokens sent after ``spent`` within a ``free_tokens`` window;
+    ``overtaken``: tokens past the window are overtaken by the next live request (module doc),
+    so a candidate that starts inside the window costs ``idle_price`` throughout."""
     room = free_tokens - spent
-    if n == 0:
+    if n == 0 or overtaken:
         return idle_price if room > 0 else busy_price
     if room >= n:
         return idle_price
@@ -107,9 +119,12 @@ def choose_by_value(
     idle_price: float = 0.1,
     busy_price: float = 1.0,
     priced: dict[str, float] | None = None,
+    overtaken: bool = False,
 ) -> list[tuple[int, str, float]]:
     """The candidates worth sending (module doc), as ``(rank, name, probability)`` in
     predicted order: the shape of :func:`~agentwarm.runtime.policy.choose_candidates`.
+    ``overtaken``: the engine's live requests preempt speculation (module doc, *filling idle
+    time*): a candidate that starts inside the window is priced idle in full.
 
     ``new_tokens(name)`` is what ``name``'s prefill would compute; it is asked only of
     candidates within ``top_n``, ``min_p`` and ``top_p``. ``free_tokens`` is the idle window
@@ -125,7 +140,7 @@ def choose_by_value(
         if len(chosen) >= top_n:
             break
         n = max(0, new_tokens(name))
-        price = _price(spent, n, free_tokens, idle_price, busy_price)
+        price = _price(spent, n, free_tokens, idle_price, busy_price, overtaken)
         if p >= threshold(price):
             chosen.append((rank, name, p))
             spent += n
@@ -142,6 +157,7 @@ def choose(
     new_tokens: Callable[[str], int] = lambda _: 0,
     free_tokens: float = math.inf,
     priced: dict[str, float] | None = None,
+    overtaken: bool = False,
 ) -> list[tuple[int, str, float]]:
     """A step's candidates under ``policy.spend`` within the guardrail's ``limits``:
     :func:`choose_by_value`, or (``top_n``) :func:`~agentwarm.runtime.policy.choose_candidates`
@@ -162,6 +178,7 @@ def choose(
         idle_price=policy.idle_price,
         busy_price=policy.busy_price,
         priced=priced,
+        overtaken=overtaken,
     )
 
 
