@@ -22,12 +22,16 @@ Wait = Callable[[Context], Awaitable[None]]
 
 
 class FixedPredictor:
-    """Predicts ``PREDICTED`` from a, END from the leaves; learns nothing."""
+    """Predicts ``ranking`` (default ``PREDICTED``) from a, END from the leaves; learns
+    nothing."""
+
+    def __init__(self, ranking: Sequence[tuple[str, float]] = PREDICTED) -> None:
+        self.ranking = list(ranking)
 
     def predict(
         self, path: Sequence[str], state: Mapping[str, Any], *, candidates: Collection[str]
     ) -> list[tuple[str, float]]:
-        return list(PREDICTED) if path[-1] == "a" else [(END, 1.0)]
+        return list(self.ranking) if path[-1] == "a" else [(END, 1.0)]
 
     def observe(self, path: Sequence[str], nxt: str) -> None:
         pass
@@ -43,19 +47,24 @@ def workflow(wait: Wait = step_prefetches_done) -> Any:
         await wait(ctx)
         return "b"
 
-    def leaf(name: str) -> Any:
-        @node(name=name, system=name.upper() * SYSTEM_CHARS, next=[END])
-        async def fn(ctx: Context) -> str:
-            await ctx.llm("go", max_tokens=2)
-            return END
-
-        return fn
-
     return WorkflowGraph("spend").add(a, *(leaf(n) for n in LEAVES)).compile()
 
 
-def session(wait: Wait = step_prefetches_done) -> WorkflowSession:
-    return workflow(wait).session(predictor=FixedPredictor())
+def leaf(name: str) -> Any:
+    """A leaf: an LLM call under a system prompt of ``SYSTEM_CHARS`` tokens, then END."""
+
+    @node(name=name, system=name.upper() * SYSTEM_CHARS, next=[END])
+    async def fn(ctx: Context) -> str:
+        await ctx.llm("go", max_tokens=2)
+        return END
+
+    return fn
+
+
+def session(
+    wait: Wait = step_prefetches_done, ranking: Sequence[tuple[str, float]] = PREDICTED
+) -> WorkflowSession:
+    return workflow(wait).session(predictor=FixedPredictor(ranking))
 
 
 def engine() -> FakeEngine:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,26 +24,10 @@ from agentwarm.runtime.result import RunResult
 from agentwarm.runtime.session import WorkflowSession
 from agentwarm.stats.definitions import reasons_add_up
 from agentwarm.telemetry import miss_attributes
+from tests.runtime.spend_workflow import LEAVES, PREDICTED, FixedPredictor, leaf
 from tests.waiting import step_prefetches_done
 
-LEAVES = ("b", "c", "d", "e")
-PREDICTED = [("b", 0.6), ("c", 0.3), ("d", 0.05), ("e", 0.05)]
-SYSTEM_CHARS = 2000
-
-
-class _Fixed:
-    """Predicts ``ranking`` from a, END from the leaves; learns nothing."""
-
-    def __init__(self, ranking: Sequence[tuple[str, float]] = PREDICTED) -> None:
-        self.ranking = list(ranking)
-
-    def predict(
-        self, path: Sequence[str], state: Mapping[str, Any], *, candidates: Collection[str]
-    ) -> list[tuple[str, float]]:
-        return list(self.ranking) if path[-1] == "a" else [(END, 1.0)]
-
-    def observe(self, path: Sequence[str], nxt: str) -> None:
-        pass
+_Fixed = FixedPredictor
 
 
 def _workflow(*, a_calls_llm: bool = True, wait: bool = True) -> Any:
@@ -57,14 +41,6 @@ def _workflow(*, a_calls_llm: bool = True, wait: bool = True) -> Any:
         if wait:
             await step_prefetches_done(ctx)
         return ctx.input
-
-    def leaf(name: str) -> Any:
-        @node(name=name, system=name.upper() * SYSTEM_CHARS, next=[END])
-        async def fn(ctx: Context) -> str:
-            await ctx.llm("go", max_tokens=2)
-            return END
-
-        return fn
 
     return WorkflowGraph("misses").add(a, *(leaf(n) for n in LEAVES)).compile()
 

@@ -72,31 +72,18 @@ async def test_an_engine_that_batches_speculation_is_not_filled() -> None:
     assert sw.sent(result) == ["b"]
 
 
-class Ranked:
-    """Predicts ``preds`` from a, END from the leaves; learns nothing."""
-
-    def __init__(self, preds: list[tuple[str, float]]) -> None:
-        self.preds = preds
-
-    def predict(self, path, state, *, candidates):  # type: ignore[no-untyped-def]
-        return list(self.preds) if path[-1] == "a" else [("__end__", 1.0)]
-
-    def observe(self, path, nxt):  # type: ignore[no-untyped-def]
-        pass
-
-
 async def test_a_candidate_that_starts_inside_the_window_is_priced_idle_in_full() -> None:
     # c (p 0.3, about 2000 new tokens) in a window of 1000: blended price 0.55, threshold
     # 0.355 > 0.3. On an engine that overtakes speculation its tokens past the window cost
     # live work nothing: priced idle, sent by the first choice (not a fill).
     preds = [("c", 0.3), ("b", 0.25), ("d", 0.05), ("e", 0.05)]
-    session = sw.workflow(settled).session(predictor=Ranked(preds))
+    session = sw.session(settled, preds)
     sw.teach_window(session, 1000.0)
     result = await sw.run(session)
     records = _records(result)
     assert sw.sent(result) == ["c", "b"]
     assert records["c"].filled is False and records["b"].filled is True
-    batching = sw.workflow(settled).session(predictor=Ranked(preds))
+    batching = sw.session(settled, preds)
     sw.teach_window(batching, 1000.0)
     on = Batching(seconds_per_token=1e-6, seconds_per_output_token=1e-5)
     assert sw.sent(await sw.run(batching, on=on)) == []  # neither is worth the blended price
@@ -121,24 +108,14 @@ async def test_a_live_call_before_the_speculation_ends_leaves_the_rest_priced_ou
 
 
 async def test_the_true_next_sent_by_a_fill_is_a_hit() -> None:
-    class Second:  # c first; b (p 0.3) past the window, and the true next
-        def predict(self, path, state, *, candidates):  # type: ignore[no-untyped-def]
-            return (
-                [("c", 0.6), ("b", 0.3), ("d", 0.05), ("e", 0.05)]
-                if path[-1] == "a"
-                else [("__end__", 1.0)]
-            )
-
-        def observe(self, path, nxt):  # type: ignore[no-untyped-def]
-            pass
-
-    session = sw.workflow(settled).session(predictor=Second())
+    second = [("c", 0.6), ("b", 0.3), ("d", 0.05), ("e", 0.05)]  # b past the window
+    session = sw.session(settled, second)
     sw.teach_window(session, 1000.0)
     result = await sw.run(session)
     records = _records(result)
     assert records["b"].filled is True  # held back by the window (p 0.3), filled, the winner
     assert result.steps[1].prefetched and result.steps[1].miss is None
-    off_session = sw.workflow(settled).session(predictor=Second())
+    off_session = sw.session(settled, second)
     sw.teach_window(off_session, 1000.0)
     off = await sw.run(off_session, fill_idle=False)
     miss = off.steps[1].miss
