@@ -33,7 +33,7 @@ from agentwarm.warmup.warmer import Warmer
 from tests.vllm.helpers import long_test, prompt
 from tests.vllm_server import VLLMServer, missing
 from tests.waiting import until
-from tests.warmup.test_keepwarm import Ticks
+from tests.warmup.helpers import Ticks
 
 #: A third vLLM server on 2 shared cores did not start within the test timeout in CI (the
 #: clean-clone run at 3ee1b76: 300 s); opt in where cores allow it.

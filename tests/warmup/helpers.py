@@ -11,6 +11,8 @@ from typing import TypeVar
 
 from agentwarm.engines.local import LocalEngine
 from agentwarm.engines.local.model import LoadedModel, load_model
+from agentwarm.warmup.keepwarm import KeepWarm
+from tests.waiting import until
 
 T = TypeVar("T")
 
@@ -23,6 +25,27 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Ticks:
+    """The keep-warm loop's ``wait`` and ``clock``: a wait returns when the test says so, and
+    moves the clock by what it waited."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.clock = Clock()
+        self._go: asyncio.Queue[None] = asyncio.Queue()
+
+    async def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await self._go.get()
+        self.clock.now += seconds
+
+    async def tick(self, keep: KeepWarm) -> None:
+        """Let one wait end; return once the loop handled that tick."""
+        done = keep.ticks + 1
+        self._go.put_nowait(None)
+        await until(lambda: keep.ticks == done, what=f"keep-warm tick {done}")
 
 
 @cache

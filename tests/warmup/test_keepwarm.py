@@ -29,28 +29,7 @@ from agentwarm.warmup.readiness import Readiness
 from agentwarm.warmup.types import Plan, WarmPrefix, save_plan
 from agentwarm.warmup.warmer import Warmer, WarmSummary
 from tests.waiting import until
-from tests.warmup.helpers import Clock, cached, prompt, tiny
-
-
-class Ticks:
-    """The keep-warm loop's ``wait`` and ``clock``: a wait returns when the test says so, and
-    moves the clock by what it waited."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-        self.clock = Clock()
-        self._go: asyncio.Queue[None] = asyncio.Queue()
-
-    async def wait(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        await self._go.get()
-        self.clock.now += seconds
-
-    async def tick(self, keep: KeepWarm) -> None:
-        """Let one wait end; return once the loop handled that tick."""
-        done = keep.ticks + 1
-        self._go.put_nowait(None)
-        await until(lambda: keep.ticks == done, what=f"keep-warm tick {done}")
+from tests.warmup.helpers import Clock, Ticks, cached, prompt, tiny
 
 
 class LiveDuringWarm(Warmer):

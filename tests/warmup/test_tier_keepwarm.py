@@ -24,7 +24,7 @@ from agentwarm.warmup.types import Plan, WarmPrefix
 from agentwarm.warmup.warmer import Warmer
 from tests.engines.test_local_engine import prompt, tiny
 from tests.waiting import until
-from tests.warmup.test_keepwarm import Ticks
+from tests.warmup.helpers import Ticks
 
 pytestmark = [
     pytest.mark.skipif(
