@@ -98,13 +98,18 @@ async def test_spend_top_n_fills_nothing() -> None:
 
 
 async def test_a_live_call_before_the_speculation_ends_leaves_the_rest_priced_out() -> None:
-    session = sw.session(no_wait)
+    # c first (p 0.6, about 2 s of prefill here); b (p 0.3, the true next) held back by the
+    # window. b's live call comes while c's prefetch runs: no idle time, b stays priced out.
+    session = sw.session(no_wait, [("c", 0.6), ("b", 0.3), ("d", 0.05), ("e", 0.05)])
     sw.teach_window(session, 1000.0)
     result = await sw.run(
         session, on=FakeEngine(seconds_per_token=1e-3, seconds_per_output_token=1e-5)
     )
-    assert sw.sent(result) == ["b"]  # b's live call came while b's prefetch ran
+    assert sw.sent(result) == ["c"]
     assert result.path == ["a", "b"]
+    miss = result.steps[1].miss
+    assert miss is not None and miss.reason is MissReason.PRICED_OUT
+    assert (miss.price, miss.rank) == (1.0, 1)
 
 
 async def test_the_true_next_sent_by_a_fill_is_a_hit() -> None:
