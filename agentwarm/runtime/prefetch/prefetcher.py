@@ -83,6 +83,7 @@ class Prefetcher(Reading):
         self.admission = admission
         self.run_id = run_id
         self.namespace = namespace
+        self._fills = fills(policy, engine)  # and price what the next live request overtakes
         self._choice = Choice(
             workflow=workflow,
             renderer=renderer,
@@ -93,7 +94,7 @@ class Prefetcher(Reading):
             sent=sent,
             namespace=namespace,
             run_id=run_id,
-            overtaken=fills(policy, engine),
+            overtaken=self._fills,
         )
         self._tracer = tm.get_tracer()
         self._instruments = tm.instruments()
@@ -115,7 +116,6 @@ class Prefetcher(Reading):
             timeout_s=policy.prefill_timeout_s,
         )
         self._open: set[StepScope] = set()
-        self._fills = fills(policy, engine)
         self._all: list[Prefetch] = []
         self._swallowed = 0
 
