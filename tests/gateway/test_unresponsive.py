@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -30,6 +31,9 @@ WAIT_S = 20.0
 
 #: Small thresholds: a worker that answers nothing for 1.5 s is unresponsive (probed every 0.2 s).
 THRESHOLDS = ("--health-interval", "0.2", "--unresponsive-after", "1.5")
+#: For the frozen worker: 4 s, so that a busy CI machine stalling the worker's first bytes
+#: and its probe for 1.5 s does not cut the stream before the test freezes the worker.
+FROZEN_THRESHOLDS = ("--health-interval", "0.2", "--unresponsive-after", "4")
 #: Far below the default --upstream-timeout (600 s): a client that waits this long hung.
 CLIENT_TIMEOUT_S = 15.0
 
@@ -56,6 +60,14 @@ def _stream(url: str, text: str, started: list[str]) -> bytes:
         return received + b"".join(chunks)
 
 
+def with_log(call: Callable[[], object], gw: GatewayProcess) -> None:
+    """``call()``; an exception it raises is raised again with the gateway's log."""
+    try:
+        call()
+    except Exception as exc:
+        raise AssertionError(f"{exc!r}; gateway log:\n{''.join(gw.output)}") from exc
+
+
 def _post(url: str, text: str, max_tokens: int = 8) -> httpx.Response:
     body = _body(text, stream=False, max_tokens=max_tokens)
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S)
@@ -66,12 +78,14 @@ def test_a_frozen_worker_fails_its_requests_and_new_ones_until_it_answers_again(
     # 0.01 s per output token: the stream would run for 40 s, and the fake engine serves one
     # request at a time, so the two plain requests wait behind it, in flight.
     with serve("--fake-seconds-per-output-token", "0.01") as worker:
-        gw = GatewayProcess(["--upstream", worker.url, *THRESHOLDS])
+        gw = GatewayProcess(["--upstream", worker.url, *FROZEN_THRESHOLDS])
         try:
             started: list[str] = []
             with ThreadPoolExecutor(3) as pool:
                 stream = pool.submit(_stream, gw.url, "a stream", started)
-                wait_until(lambda: started, what="the stream under way")
+                wait_until(lambda: started or stream.done(), what="the stream under way")
+                if not started:  # it failed before its first bytes: say how, with the log
+                    with_log(stream.result, gw)
                 plain = [pool.submit(_post, gw.url, f"waiting {i}") for i in range(2)]
 
                 def in_flight() -> bool:
