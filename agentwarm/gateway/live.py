@@ -21,8 +21,9 @@ from agentwarm.chat import Message
 from agentwarm.gateway.records import Prefetch
 from agentwarm.gateway.tenants import DEFAULT_TENANT, Tenant
 from agentwarm.predictors import StepContext
-from agentwarm.runtime.policy import PrefetchPolicy, choose_candidates
-from agentwarm.runtime.prefetch.rules import prefetched_branch
+from agentwarm.runtime.policy import PrefetchPolicy
+from agentwarm.runtime.prefetch.misses import held_back, promised_by
+from agentwarm.runtime.prefetch.rules import scored_branch
 
 __all__ = ("LiveSession",)
 
@@ -71,23 +72,17 @@ class LiveSession:
             self.first_predictions = list(predictions)
         judged = judged or {}
         self.misses.update(judged)
-        held = {n: m.p or 0.0 for n, m in judged.items() if m.reason is MissReason.GUARDRAIL}
+        held = held_back(judged)
         self.held.update(held)
-        self.promised = max(self.promised, sum(p for _, _, p in chosen) + sum(held.values()))
+        self.promised = max(self.promised, promised_by(chosen, held))
 
     def branch(self, node: str, policy: PrefetchPolicy) -> tuple[bool, float] | None:
         """Whether the session's next request (to ``node``) was a branch hit, as the guardrail
         scores it (module docstring), and the probability the candidates it was scored on
         promised; ``None``: nothing to score (no prediction made)."""
-        chosen = self.prefetched | self.held
-        hit = prefetched_branch(chosen, self.first_predictions, [node], policy)
-        if hit is None:
-            return None
-        if chosen:
-            return hit, self.promised
-        p = policy  # scored on the first predictions: what the policy's limits take of them
-        top = choose_candidates(self.first_predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p)
-        return hit, sum(q for _, _, q in top)
+        return scored_branch(
+            self.prefetched | self.held, self.promised, self.first_predictions, [node], policy
+        )
 
     def miss_of(self, node: str, pending: Prefetch | None, *, enabled: bool) -> Miss:
         """Why the session's next request, to ``node``, was no branch hit (``pending``: its

@@ -3,13 +3,15 @@
 The guardrail watches the *branch hit rate*, not the per-prefetch acceptance ratio, which top-N
 caps at 1/N. A step is a branch hit when one of the nodes it chose (END aside) was among the
 targets it chose to prefetch speculatively, by any ranking or mid-decode hint during the step
-(whether admission let them through or not: the prediction is judged, not the engine's room);
-a step that prefetched nothing (speculation paused, or nothing worth it) is scored on its first
-predictions, with the candidates the policy would take from them
-(:func:`~agentwarm.runtime.prefetch.rules.prefetched_branch`; not the step-end re-ranking, which
-has seen the output). So every transition with a prediction is scored, whether or not
-speculation was running, and a paused workflow notices when its predictions recover. The
-gateway scores a session's steps the same way.
+(whether admission let them through or not: the prediction is judged, not the engine's room),
+or that the policy's own limits would have chosen but a cautious or paused guardrail held back
+(so a tightened guardrail is not judged by its own narrower choice); a step that chose nothing
+(all priced out) is scored on its first predictions, with the candidates the policy would take
+from them (:func:`~agentwarm.runtime.prefetch.rules.scored_branch`; not the step-end
+re-ranking, which has seen the output). So every transition with a prediction is scored,
+whether or not speculation was running, and a paused workflow notices when its predictions
+recover. Runs and the gateway use :class:`CalibratedGuardrail`, which compares the hits with
+the probability the choice promised; :class:`Guardrail` compares them with 1.
 
 The guardrail holds only what it learned (the EWMA and the level, shared by a workflow's runs);
 the policy is the caller's, passed where it is used, so concurrent runs with different policies

@@ -49,9 +49,10 @@ class PrefetchPolicy(BaseModel):
     candidates?); below ``guardrail_threshold`` it raises ``min_p`` to ``cautious_min_p`` and
     keeps one candidate, below ``pause_below`` it pauses speculation; it restores each level
     once the EWMA is ``hysteresis`` above its bound again. Predictions keep being scored while
-    paused, so recovery is observed without speculating. The gateway's guardrail
-    (:class:`~agentwarm.runtime.guardrail.CalibratedGuardrail`) compares the same bounds with
-    the hits over the probability its choice promised.
+    paused, so recovery is observed without speculating. The guardrail of a run and of the
+    gateway (:class:`~agentwarm.runtime.guardrail.CalibratedGuardrail`) compares the same
+    bounds with the hits over the probability its choice promised, a step scored on what it
+    sent and what a tightened guardrail held back.
 
     Speculative prefills are admitted per engine, shared by every run on it
     (:mod:`agentwarm.runtime.admission`): at most ``max_prefills_per_s`` (0 admits none) and

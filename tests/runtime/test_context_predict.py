@@ -302,9 +302,9 @@ async def test_the_guardrail_scores_what_the_step_prefetched_not_its_last_rankin
     scored: list[bool] = []
     observe = session.guardrail.observe
 
-    def record(hit: bool, policy: PrefetchPolicy) -> Any:
+    def record(hit: bool, policy: PrefetchPolicy, promised: float = 1.0) -> Any:
         scored.append(hit)
-        return observe(hit, policy)
+        return observe(hit, policy, promised=promised)
 
     session.guardrail.observe = record  # type: ignore[method-assign]
     engine = FakeEngine(seconds_per_token=0, seconds_per_output_token=0)

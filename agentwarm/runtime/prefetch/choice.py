@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agentwarm._spec import END, Miss, MissReason
-from agentwarm.runtime.prefetch.misses import judged_choice
+from agentwarm.runtime.prefetch.misses import held_back, judged_choice, promised_by
 from agentwarm.runtime.prefetch.rules import within_budget
 from agentwarm.runtime.prefetch.spend import IdleClock, SentPrefixes, SpendEstimator
 
@@ -163,6 +163,9 @@ class Choice:
                 )
             chosen = fresh[:1]
         scope.verdicts.update(judged)
+        held = held_back(judged)
+        scope.held.update(held)
+        scope.promised = max(scope.promised, promised_by(chosen, held))
         if hinted is not None and hinted not in {name for _, name, _ in chosen}:
             chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
         # Already prefetched (a mid-decode hint, an earlier ranking): not started twice.

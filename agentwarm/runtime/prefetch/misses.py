@@ -25,7 +25,16 @@ from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.spend import choose
 from agentwarm.runtime.prefetch.state import HitProbe, StepScope, Where
 
-__all__ = ("HitProbe", "Where", "judged_choice", "marks_of", "miss_of", "verdicts")
+__all__ = (
+    "HitProbe",
+    "Where",
+    "held_back",
+    "judged_choice",
+    "marks_of",
+    "miss_of",
+    "promised_by",
+    "verdicts",
+)
 
 
 def verdicts(
@@ -108,6 +117,18 @@ def judged_choice(
         reads_prompt=reads_prompt,
     )
     return chosen, judged
+
+
+def held_back(judged: Mapping[str, Miss]) -> dict[str, float]:
+    """The targets of ``judged`` a tightened guardrail held back, with their probability: the
+    guardrail is scored as if they were chosen (the policy's own limits would have been)."""
+    return {n: m.p or 0.0 for n, m in judged.items() if m.reason is MissReason.GUARDRAIL}
+
+
+def promised_by(chosen: Sequence[tuple[int, str, float]], held: Mapping[str, float]) -> float:
+    """The probability a choice promised: the mass of its ``chosen`` candidates ``(rank, name,
+    p)`` and of those the guardrail ``held`` back."""
+    return sum(p for _, _, p in chosen) + sum(held.values())
 
 
 def miss_of(scope: StepScope, target: str, *, enabled: bool) -> Miss:

@@ -16,7 +16,7 @@ from agentwarm._spec import END, PrefetchKind, PrefetchOutcome
 from agentwarm.engines.base import Engine, Priority
 from agentwarm.predictors import observe_with
 from agentwarm.runtime.admission import RunAdmission
-from agentwarm.runtime.guardrail import Guardrail
+from agentwarm.runtime.guardrail import CalibratedGuardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.choice import Choice
 from agentwarm.runtime.prefetch.fill import fills, idle_now
@@ -24,7 +24,7 @@ from agentwarm.runtime.prefetch.hinting import Reading
 from agentwarm.runtime.prefetch.rules import (
     hit_targets,
     plan_warm_up,
-    prefetched_branch,
+    scored_branch,
     shared_request,
 )
 from agentwarm.runtime.prefetch.sender import Sender
@@ -62,7 +62,7 @@ class Prefetcher(Reading):
         engine: Engine,
         renderer: PromptRenderer,
         predictor: Predictor,
-        guardrail: Guardrail,
+        guardrail: CalibratedGuardrail,
         timing: StepTiming,
         policy: PrefetchPolicy,
         admission: RunAdmission,
@@ -312,10 +312,12 @@ class Prefetcher(Reading):
         try:
             for nxt in actual:  # in the context of the latest prediction: the step's end
                 observe_with(self.predictor, scope.path, nxt, scope.context)
-            chosen = [t for t, pf in scope.prefetches.items() if pf.record.speculative]
-            scored = prefetched_branch(chosen, scope.first_predictions, actual, self.policy)
+            sent = {t for t, pf in scope.prefetches.items() if pf.record.speculative}
+            scored = scored_branch(
+                sent | scope.held, scope.promised, scope.first_predictions, actual, self.policy
+            )
             if scored is not None:
-                self.guardrail.observe(scored, self.policy)
+                self.guardrail.observe(scored[0], self.policy, promised=scored[1])
         except Exception as exc:
             self._swallow(exc, "updating the predictor after step %r", scope.spec.name)
 

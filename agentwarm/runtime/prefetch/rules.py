@@ -23,6 +23,7 @@ __all__ = (
     "plan_warm_up",
     "predicted_branch",
     "prefetched_branch",
+    "scored_branch",
     "shared_request",
     "within_budget",
 )
@@ -64,6 +65,29 @@ def prefetched_branch(
     if real and prefetched:
         return any(a in prefetched for a in real)
     return predicted_branch(first_predictions, actual, policy)
+
+
+def scored_branch(
+    chosen: Collection[str],
+    promised: float,
+    first_predictions: Sequence[tuple[str, float]],
+    actual: Collection[str],
+    policy: PrefetchPolicy,
+) -> tuple[bool, float] | None:
+    """What a :class:`~agentwarm.runtime.guardrail.CalibratedGuardrail` scores for a step:
+    :func:`prefetched_branch` of ``chosen`` (what was sent speculatively and what a tightened
+    guardrail held back, so a cautious or paused guardrail is judged by what the policy's own
+    limits would have chosen), and the probability the candidates it was scored on promised:
+    ``promised`` (their mass) when ``chosen`` was scored, else the mass of the candidates the
+    policy takes from ``first_predictions``. ``None``: nothing to score."""
+    hit = prefetched_branch(chosen, first_predictions, actual, policy)
+    if hit is None:
+        return None
+    if chosen:
+        return hit, promised
+    p = policy
+    top = choose_candidates(first_predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p)
+    return hit, sum(q for _, _, q in top)
 
 
 def within_budget(

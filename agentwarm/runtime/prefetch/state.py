@@ -217,6 +217,12 @@ class StepScope:
     (:func:`~agentwarm.runtime.prefetch.misses.verdicts`)."""
     probe: HitProbe | None = None
     """The prefetch that made this step a branch hit, checked at its first live request."""
+    held: set[str] = field(default_factory=set)
+    """Targets a tightened guardrail (cautious, paused) held back, by any ranking of the step:
+    the guardrail scores them as chosen."""
+    promised: float = 0.0
+    """The most probability any ranking of the step's choice promised (what it chose and what
+    the guardrail held back): what its branch hit is compared with."""
 
     @property
     def requests_running(self) -> int:
