@@ -277,7 +277,7 @@ class Learner(Sending):
         predictions = self._ranked(session)
         limits = self.guardrail.limits(self.policy)
         chosen, judged = judged_choice(predictions, policy=self.policy, limits=limits)
-        session.predicted(predictions, judged, chosen)
+        session.predicted(predictions, judged)
         if limits.paused:
             return
         for rank, name, p in chosen:  # sent unless the next request comes first

@@ -1,12 +1,13 @@
 """What the gateway's learner keeps of a live session between its requests
 (:class:`LiveSession`), and how the guardrail scores a session's step on it
 (:meth:`LiveSession.branch`): as the runtime scores a run's step
-(:func:`~agentwarm.runtime.prefetch.rules.prefetched_branch`), on the targets the session chose
+(:func:`~agentwarm.runtime.prefetch.rules.scored_branch`), on the targets the session chose
 to prefetch after its last reply (whether admission let them through or not) and those the
 policy's own limits would have chosen but a cautious or paused guardrail held back (a tightened
 guardrail judged by its own narrower choice could not see the predictions recover), else, when
-nothing was chosen (all priced out), on its first predictions; with the probability that choice
-promised (:class:`~agentwarm.runtime.guardrail.CalibratedGuardrail` compares the hits with it).
+nothing was chosen (all priced out), on its first predictions; with the probability those
+targets have under its first predictions (:class:`~agentwarm.runtime.guardrail.
+CalibratedGuardrail` compares the hits with it).
 Why a session's next request missed (:meth:`LiveSession.miss_of`) is read from the verdicts its
 rankings and sends left (``misses``), as the runtime's :mod:`~agentwarm.runtime.prefetch.misses`
 does."""
@@ -22,7 +23,7 @@ from agentwarm.gateway.records import Prefetch
 from agentwarm.gateway.tenants import DEFAULT_TENANT, Tenant
 from agentwarm.predictors import StepContext
 from agentwarm.runtime.policy import PrefetchPolicy
-from agentwarm.runtime.prefetch.misses import held_back, promised_by
+from agentwarm.runtime.prefetch.misses import held_back, keep_largest
 from agentwarm.runtime.prefetch.rules import scored_branch
 
 __all__ = ("LiveSession",)
@@ -43,13 +44,12 @@ class LiveSession:
     pending: dict[str, Prefetch] = field(default_factory=dict)
     #: The predictor's first ranking after the last request (a tool call's, else the reply's).
     first_predictions: list[tuple[str, float]] = field(default_factory=list)
-    #: The targets chosen to prefetch since the last request (admitted or not).
-    prefetched: set[str] = field(default_factory=set)
+    #: The targets chosen to prefetch since the last request (admitted or not), with their
+    #: probability.
+    prefetched: dict[str, float] = field(default_factory=dict)
     #: The targets the policy's own limits would have chosen since the last request, but the
-    #: guardrail's tightened ones (cautious, paused) held back.
-    held: set[str] = field(default_factory=set)
-    #: The probability the step's choice put on the targets it is scored on (``predicted``).
-    promised: float = 0.0
+    #: guardrail's tightened ones (cautious, paused) held back, with their probability.
+    held: dict[str, float] = field(default_factory=dict)
     context: StepContext | None = None  # what they read: the next transition learns with it
     last: float = 0.0
     #: Why each target ranked since the last request was not prefetched (the latest verdict).
@@ -57,32 +57,25 @@ class LiveSession:
     ranked: bool = False  # whether the next nodes were ranked since the last request
 
     def predicted(
-        self,
-        predictions: Sequence[tuple[str, float]],
-        judged: Mapping[str, Miss] | None = None,
-        chosen: Sequence[tuple[int, str, float]] = (),
+        self, predictions: Sequence[tuple[str, float]], judged: Mapping[str, Miss] | None = None
     ) -> None:
-        """A ranking of the next nodes was made, its ``chosen`` candidates ``(rank, name, p)``
-        and ``judged``: why each of its targets the choice did not take was refused. The step's
-        first ranking is kept, the verdicts replace earlier ones, what the guardrail held back
-        is scored as chosen, and the probability the choice promised is the most any ranking's
-        did (what it chose and what the guardrail held back)."""
+        """A ranking of the next nodes was made, and ``judged``: why each of its targets the
+        choice did not take was refused. The step's first ranking is kept, the verdicts replace
+        earlier ones, and what the guardrail held back is scored as chosen."""
         self.ranked = True
         if not self.first_predictions:
             self.first_predictions = list(predictions)
         judged = judged or {}
         self.misses.update(judged)
-        held = held_back(judged)
-        self.held.update(held)
-        self.promised = max(self.promised, promised_by(chosen, held))
+        keep_largest(self.held, held_back(judged))
 
     def branch(self, node: str, policy: PrefetchPolicy) -> tuple[bool, float] | None:
         """Whether the session's next request (to ``node``) was a branch hit, as the guardrail
         scores it (module docstring), and the probability the candidates it was scored on
         promised; ``None``: nothing to score (no prediction made)."""
-        return scored_branch(
-            self.prefetched | self.held, self.promised, self.first_predictions, [node], policy
-        )
+        chosen = dict(self.held)
+        keep_largest(chosen, self.prefetched)
+        return scored_branch(chosen, self.first_predictions, [node], policy)
 
     def miss_of(self, node: str, pending: Prefetch | None, *, enabled: bool) -> Miss:
         """Why the session's next request, to ``node``, was no branch hit (``pending``: its
@@ -106,6 +99,6 @@ class LiveSession:
     def next_step(self) -> None:
         """The next request came: what was predicted and chosen for it is spent."""
         self.reply, self.after_reply, self.tool = None, None, None
-        self.first_predictions, self.prefetched, self.context = [], set(), None
-        self.held, self.promised = set(), 0.0
+        self.first_predictions, self.prefetched, self.context = [], {}, None
+        self.held = {}
         self.misses, self.ranked = {}, False

@@ -20,6 +20,7 @@ from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, expected_conversation, expected_points
 from agentwarm.gateway.records import Prefetch
+from agentwarm.runtime.prefetch.misses import keep_largest
 
 if TYPE_CHECKING:
     from agentwarm.gateway.heads import HeadRegistry
@@ -75,7 +76,7 @@ class Sending:
             if len(ids) < MIN_PREFETCH_TOKENS:
                 session.misses[name] = Miss(MissReason.NOT_PREDICTED, cause="no_prompt", p=p)
                 continue
-            session.prefetched.add(name)  # chosen: scored, admitted or not
+            keep_largest(session.prefetched, {name: p})  # chosen: scored, admitted or not
             if key in sent:  # another target sends these very ids: none is sent for this one
                 session.misses[name] = Miss(MissReason.DROPPED, cause="shared", p=p, rank=rank)
                 continue

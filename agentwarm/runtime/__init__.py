@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agentwarm._spec import PrefetchKind, PrefetchOutcome, StepOutcome
 from agentwarm.runtime.context import Context
-from agentwarm.runtime.guardrail import Guardrail, Level
+from agentwarm.runtime.guardrail import CalibratedGuardrail, Guardrail, Level
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.records import PrefetchRecord, StepRecord
 from agentwarm.runtime.result import RunResult, summarize
@@ -14,6 +14,7 @@ from agentwarm.runtime.transcript import Entry, Transcript
 from agentwarm.runtime.workflow import Workflow, WorkflowGraph, load_workflow
 
 __all__ = (
+    "CalibratedGuardrail",
     "Context",
     "Entry",
     "Guardrail",

@@ -62,9 +62,10 @@ class Guardrail:
         """What the levels' bounds are compared with: the EWMA of branch hits."""
         return self.ewma
 
-    def observe(self, hit: bool, policy: PrefetchPolicy) -> Level:
+    def observe(self, hit: bool, policy: PrefetchPolicy, promised: float = 1.0) -> Level:
         """Score one transition (``hit``: the actual next node was among the candidates) with
-        ``policy``'s EWMA weight and bounds; the new level."""
+        ``policy``'s EWMA weight and bounds; the new level. ``promised`` (what the candidates
+        promised) is :class:`CalibratedGuardrail`'s: this one compares the hits with 1."""
         p = policy
         self.observations += 1
         self.ewma += p.ewma_alpha * ((1.0 if hit else 0.0) - self.ewma)
@@ -118,4 +119,4 @@ class CalibratedGuardrail(Guardrail):
         """Score one transition: ``hit`` as the base's, ``promised`` the probability (in [0,
         1]) that the candidates it was scored on held the actual next node."""
         self.promised += policy.ewma_alpha * (min(1.0, max(0.0, promised)) - self.promised)
-        return super().observe(hit, policy)
+        return super().observe(hit, policy, promised)

@@ -40,7 +40,7 @@ from agentwarm.runtime.transcript import Transcript
 if TYPE_CHECKING:
     from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor
-    from agentwarm.runtime.guardrail import CalibratedGuardrail
+    from agentwarm.runtime.guardrail import Guardrail
     from agentwarm.runtime.policy import PrefetchPolicy
     from agentwarm.runtime.prefetch.spend import SentPrefixes, SpendEstimator
     from agentwarm.runtime.timing import StepTiming
@@ -63,7 +63,7 @@ class Run:
         workflow: CompiledGraph,
         engine: Engine,
         predictor: Predictor,
-        guardrail: CalibratedGuardrail,
+        guardrail: Guardrail,
         timing: StepTiming,
         spend: SpendEstimator,
         sent: SentPrefixes,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentwarm.errors import PredictorStateError
-from agentwarm.runtime.guardrail import CalibratedGuardrail
+from agentwarm.runtime.guardrail import CalibratedGuardrail, Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.spend import SentPrefixes, SpendEstimator
 from agentwarm.runtime.run import Run
@@ -57,7 +57,7 @@ class WorkflowSession:
 
         self.workflow = workflow
         self.policy = PrefetchPolicy()
-        self.guardrail = CalibratedGuardrail()
+        self.guardrail: Guardrail = CalibratedGuardrail()
         self.timing = StepTiming()
         self.spend = SpendEstimator()
         self.sent_prefixes = SentPrefixes()

@@ -129,7 +129,8 @@ async def test_a_step_scores_on_every_target_it_prefetched() -> None:
     await learner.on_request(_call("r2", "s", REFUNDS, USER, HANDOFF, RESULT))
     # A hit: refunds was prefetched, though the last ranking's candidate was billing.
     assert scores.scored == [True]
-    assert scores.promises == [0.9]  # each ranking chose one candidate of 0.9
+    # Scored on both targets it prefetched, whose mass under the first ranking is 0.9 + 0.1.
+    assert scores.promises == [1.0]
     assert learner.stats()["branch_hits"] == 1
     await learner.aclose()
 

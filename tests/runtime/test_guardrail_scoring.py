@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from agentwarm import FakeEngine, PrefetchPolicy
-from agentwarm.runtime.guardrail import CalibratedGuardrail, Level
+from agentwarm import END, FakeEngine, PrefetchPolicy
+from agentwarm.runtime.guardrail import CalibratedGuardrail, Guardrail, Level
 from agentwarm.runtime.session import WorkflowSession
+from tests.runtime import spend_workflow as sw
 from tests.runtime.spend_workflow import FixedPredictor
 from tests.runtime.test_miss_reasons import _run, _workflow
+from tests.runtime.test_spend_fill import settled
 
 #: b and c each worth a prefetch at the idle price; the run goes to c.
 RANKING = [("b", 0.5), ("c", 0.35), ("d", 0.05), ("e", 0.05)]
@@ -35,8 +37,8 @@ def _recording(session: WorkflowSession) -> list[tuple[bool, float]]:
     return scored
 
 
-def _session(level: Level = Level.NORMAL) -> WorkflowSession:
-    session = _workflow().session(predictor=FixedPredictor(RANKING))
+def _session(level: Level = Level.NORMAL, ranking: Any = RANKING) -> WorkflowSession:
+    session = _workflow().session(predictor=FixedPredictor(ranking))
     session.guardrail.level = level
     return session
 
@@ -92,3 +94,41 @@ async def test_a_cautious_guardrail_whose_second_candidate_keeps_hitting_recover
     # Back at normal, c is sent again: the step is a hit of its own prefetch.
     assert [p.target for p in result.steps[0].prefetches if p.speculative] == ["b", "c"]
     assert result.steps[1].miss is None
+
+
+async def test_a_target_the_step_budget_stopped_is_scored_as_chosen() -> None:
+    session = _session()
+    scored = _recording(session)
+    result = await _run("c", session=session, max_prefetch_tokens=2500)  # b's ~2,000 fit
+    assert [p.target for p in result.steps[0].prefetches if p.speculative] == ["b"]
+    miss = result.steps[1].miss
+    assert miss is not None and (miss.reason, miss.cause) == ("dropped", "step_budget")
+    assert scored == [(True, 0.85)]  # the prediction is judged, not the step's room
+
+
+async def test_the_promised_mass_is_that_of_a_step_that_goes_somewhere() -> None:
+    # Steps that go only to END are not scored: b and c's 0.5 is out of the 0.55 left by END.
+    ranking = [("b", 0.3), ("c", 0.2), ("d", 0.05), (END, 0.45)]
+    session = _session(ranking=ranking)
+    scored = _recording(session)
+    await _run("c", session=session)
+    assert scored == [(True, round(0.5 / 0.55, 6))]
+
+
+async def test_what_a_fill_sent_is_in_the_promised_mass() -> None:
+    second = [("c", 0.6), ("b", 0.3), ("d", 0.05), ("e", 0.05)]  # b past the window
+    session = sw.session(settled, second)
+    sw.teach_window(session, 1000.0)
+    scored = _recording(session)
+    result = await sw.run(session)
+    filled = {p.target: p.filled for p in result.steps[0].prefetches if p.speculative}
+    assert filled == {"c": False, "b": True}
+    assert scored == [(True, 0.9)]  # c's 0.6 and the filled b's 0.3
+
+
+async def test_a_plain_guardrail_set_on_a_session_still_learns() -> None:
+    session = _session()
+    session.guardrail = Guardrail()
+    await _run("d", session=session)  # priced out: a miss of what the policy chose
+    assert session.guardrail.observations == 1
+    assert session.guardrail.ewma == 0.9  # 1 - 0.1 * (1 - 0)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agentwarm._spec import END, Miss, MissReason
-from agentwarm.runtime.prefetch.misses import held_back, judged_choice, promised_by
+from agentwarm.runtime.prefetch.misses import held_back, judged_choice, keep_largest
 from agentwarm.runtime.prefetch.rules import within_budget
 from agentwarm.runtime.prefetch.spend import IdleClock, SentPrefixes, SpendEstimator
 
@@ -163,9 +163,7 @@ class Choice:
                 )
             chosen = fresh[:1]
         scope.verdicts.update(judged)
-        held = held_back(judged)
-        scope.held.update(held)
-        scope.promised = max(scope.promised, promised_by(chosen, held))
+        keep_largest(scope.held, held_back(judged))
         if hinted is not None and hinted not in {name for _, name, _ in chosen}:
             chosen.append((-1, hinted, dict(scope.predictions).get(hinted, 0.0)))
         # Already prefetched (a mid-decode hint, an earlier ranking): not started twice.
@@ -191,6 +189,8 @@ class Choice:
         for name, (rank, p) in left.items():  # the step's budget stopped them, or no prompt
             cause = "step_budget" if prefix_ids(name) else None
             reason = MissReason.DROPPED if cause else MissReason.NOT_PREDICTED
+            if cause and rank >= 0:  # chosen by a ranking: scored as chosen (not a hint's)
+                keep_largest(scope.held, {name: p})
             scope.verdicts[name] = Miss(reason, cause=cause or "no_prompt", p=p, rank=rank)
 
     def judge(self, scope: StepScope, limits: Limits) -> None:

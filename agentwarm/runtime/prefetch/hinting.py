@@ -29,7 +29,7 @@ from agentwarm.runtime.prefetch.state import Prefetch, Request, StepScope
 if TYPE_CHECKING:
     from agentwarm.graphs import CompiledGraph
     from agentwarm.predictors import Predictor
-    from agentwarm.runtime.guardrail import CalibratedGuardrail
+    from agentwarm.runtime.guardrail import Guardrail
     from agentwarm.runtime.policy import PrefetchPolicy
     from agentwarm.runtime.prefetch.choice import Choice
     from agentwarm.runtime.prefetch.sender import Sender
@@ -66,7 +66,7 @@ class Reading:
     predictor: Predictor
     transcript: Transcript | None
     policy: PrefetchPolicy
-    guardrail: CalibratedGuardrail
+    guardrail: Guardrail
     timing: StepTiming
     _sender: Sender
     _choice: Choice

@@ -30,9 +30,9 @@ __all__ = (
     "Where",
     "held_back",
     "judged_choice",
+    "keep_largest",
     "marks_of",
     "miss_of",
-    "promised_by",
     "verdicts",
 )
 
@@ -125,10 +125,10 @@ def held_back(judged: Mapping[str, Miss]) -> dict[str, float]:
     return {n: m.p or 0.0 for n, m in judged.items() if m.reason is MissReason.GUARDRAIL}
 
 
-def promised_by(chosen: Sequence[tuple[int, str, float]], held: Mapping[str, float]) -> float:
-    """The probability a choice promised: the mass of its ``chosen`` candidates ``(rank, name,
-    p)`` and of those the guardrail ``held`` back."""
-    return sum(p for _, _, p in chosen) + sum(held.values())
+def keep_largest(into: dict[str, float], items: Mapping[str, float]) -> None:
+    """Add ``items`` to ``into``, each name at the larger of its two probabilities."""
+    for name, p in items.items():
+        into[name] = max(into.get(name, 0.0), p)
 
 
 def miss_of(scope: StepScope, target: str, *, enabled: bool) -> Miss:

@@ -16,12 +16,13 @@ from agentwarm._spec import END, PrefetchKind, PrefetchOutcome
 from agentwarm.engines.base import Engine, Priority
 from agentwarm.predictors import observe_with
 from agentwarm.runtime.admission import RunAdmission
-from agentwarm.runtime.guardrail import CalibratedGuardrail
+from agentwarm.runtime.guardrail import Guardrail
 from agentwarm.runtime.policy import PrefetchPolicy
 from agentwarm.runtime.prefetch.choice import Choice
 from agentwarm.runtime.prefetch.fill import fills, idle_now
 from agentwarm.runtime.prefetch.hinting import Reading
 from agentwarm.runtime.prefetch.rules import (
+    chosen_of,
     hit_targets,
     plan_warm_up,
     scored_branch,
@@ -62,7 +63,7 @@ class Prefetcher(Reading):
         engine: Engine,
         renderer: PromptRenderer,
         predictor: Predictor,
-        guardrail: CalibratedGuardrail,
+        guardrail: Guardrail,
         timing: StepTiming,
         policy: PrefetchPolicy,
         admission: RunAdmission,
@@ -312,10 +313,8 @@ class Prefetcher(Reading):
         try:
             for nxt in actual:  # in the context of the latest prediction: the step's end
                 observe_with(self.predictor, scope.path, nxt, scope.context)
-            sent = {t for t, pf in scope.prefetches.items() if pf.record.speculative}
-            scored = scored_branch(
-                sent | scope.held, scope.promised, scope.first_predictions, actual, self.policy
-            )
+            chosen = chosen_of(scope.prefetches, scope.held)
+            scored = scored_branch(chosen, scope.first_predictions, actual, self.policy)
             if scored is not None:
                 self.guardrail.observe(scored[0], self.policy, promised=scored[1])
         except Exception as exc:

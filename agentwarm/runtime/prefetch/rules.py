@@ -16,6 +16,7 @@ from agentwarm.runtime.prefetch.state import Prefetch, Request
 
 __all__ = (
     "WarmUpPlan",
+    "chosen_of",
     "computed_tokens",
     "fallen_targets",
     "hit_targets",
@@ -58,9 +59,9 @@ def prefetched_branch(
     """What the guardrail scores for a step of a run: whether one of the nodes it chose
     (``actual``, END aside) was among the targets it chose to prefetch speculatively
     (``prefetched``, by any ranking or hint; admission may have refused some: the prediction is
-    judged, not the engine's room). A step that prefetched nothing (speculation paused, or
-    nothing worth it) is scored on its first predictions (:func:`predicted_branch`), so a
-    paused workflow notices when its predictions recover."""
+    judged, not the engine's room; :func:`scored_branch` adds what the choice took but did not
+    send). A step that chose nothing (all priced out) is scored on its first predictions
+    (:func:`predicted_branch`)."""
     real = [a for a in actual if a != END]
     if real and prefetched:
         return any(a in prefetched for a in real)
@@ -68,26 +69,42 @@ def prefetched_branch(
 
 
 def scored_branch(
-    chosen: Collection[str],
-    promised: float,
+    chosen: Mapping[str, float],
     first_predictions: Sequence[tuple[str, float]],
     actual: Collection[str],
     policy: PrefetchPolicy,
 ) -> tuple[bool, float] | None:
     """What a :class:`~agentwarm.runtime.guardrail.CalibratedGuardrail` scores for a step:
-    :func:`prefetched_branch` of ``chosen`` (what was sent speculatively and what a tightened
-    guardrail held back, so a cautious or paused guardrail is judged by what the policy's own
-    limits would have chosen), and the probability the candidates it was scored on promised:
-    ``promised`` (their mass) when ``chosen`` was scored, else the mass of the candidates the
-    policy takes from ``first_predictions``. ``None``: nothing to score."""
+    :func:`prefetched_branch` of the targets the step ``chosen`` (those sent speculatively, by
+    any ranking or hint, and those a choice took but did not send: held back by a tightened
+    guardrail, stopped by the step's budget; so a cautious or paused guardrail is judged by what
+    the policy's own limits would have chosen), and the probability that the candidates it was
+    scored on promised: their mass under ``first_predictions`` (a target they do not rank at
+    its own probability in ``chosen``), else (nothing chosen) the mass of the candidates the
+    policy takes from them. Only steps that go somewhere besides END are scored, so the mass is
+    conditioned on that: divided by ``1 - p(END)`` (at most 1). ``None``: nothing to score."""
     hit = prefetched_branch(chosen, first_predictions, actual, policy)
     if hit is None:
         return None
+    first = dict(first_predictions)
     if chosen:
-        return hit, promised
-    p = policy
-    top = choose_candidates(first_predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p)
-    return hit, sum(q for _, _, q in top)
+        mass = sum(first.get(target, p) for target, p in chosen.items())
+    else:
+        p = policy
+        top = choose_candidates(first_predictions, top_n=p.top_n, min_p=p.min_p, top_p=p.top_p)
+        mass = sum(q for _, _, q in top)
+    rest = 1.0 - first.get(END, 0.0)
+    return hit, min(1.0, mass / rest) if rest > 0 else 1.0
+
+
+def chosen_of(prefetches: Mapping[str, Prefetch], held: Mapping[str, float]) -> dict[str, float]:
+    """The targets a step chose, for :func:`scored_branch`: its speculative prefetches (their
+    probability when issued) and ``held`` (chosen, not sent), each at its largest probability."""
+    out = dict(held)
+    for target, pf in prefetches.items():
+        if pf.record.speculative:
+            out[target] = max(out.get(target, 0.0), pf.record.probability)
+    return out
 
 
 def within_budget(

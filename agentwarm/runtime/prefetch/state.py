@@ -217,12 +217,10 @@ class StepScope:
     (:func:`~agentwarm.runtime.prefetch.misses.verdicts`)."""
     probe: HitProbe | None = None
     """The prefetch that made this step a branch hit, checked at its first live request."""
-    held: set[str] = field(default_factory=set)
-    """Targets a tightened guardrail (cautious, paused) held back, by any ranking of the step:
-    the guardrail scores them as chosen."""
-    promised: float = 0.0
-    """The most probability any ranking of the step's choice promised (what it chose and what
-    the guardrail held back): what its branch hit is compared with."""
+    held: dict[str, float] = field(default_factory=dict)
+    """Targets a choice of the step took but did not send, with their probability: held back
+    by a tightened guardrail (cautious, paused) or stopped by the step's budget. The guardrail
+    scores them as chosen (:func:`~agentwarm.runtime.prefetch.rules.chosen_of`)."""
 
     @property
     def requests_running(self) -> int:
