@@ -17,6 +17,7 @@ from agentwarm.runtime.guardrail import CalibratedGuardrail, Guardrail, Level
 from agentwarm.runtime.session import WorkflowSession
 from tests.runtime import spend_workflow as sw
 from tests.runtime.spend_workflow import FixedPredictor
+from tests.runtime.test_midstream_hints import ScriptedEngine, make_support, reply_for_triage
 from tests.runtime.test_miss_reasons import _run, _workflow
 from tests.runtime.test_spend_fill import settled
 
@@ -132,3 +133,26 @@ async def test_a_plain_guardrail_set_on_a_session_still_learns() -> None:
     await _run("d", session=session)  # priced out: a miss of what the policy chose
     assert session.guardrail.observations == 1
     assert session.guardrail.ewma == 0.9  # 1 - 0.1 * (1 - 0)
+
+
+class _FromTriage(FixedPredictor):
+    def predict(self, path: Any, state: Any, *, candidates: Any) -> list[tuple[str, float]]:
+        return list(self.ranking) if path[-1] == "triage" else [(END, 1.0)]
+
+
+async def test_a_target_a_mid_decode_hint_sent_counts_in_the_promised_mass() -> None:
+    # refunds is sent at the step's start; lookup (p 0.05) is priced out, then named by the
+    # reply's tool call as it streams and sent (rank -1): both are scored, 0.65 of the 0.65
+    # left by END (without the hint's: 0.6 / 0.65).
+    ranking = [("refunds", 0.6), ("lookup", 0.05), (END, 0.35)]
+    session = make_support().compile().session(predictor=_FromTriage(ranking))
+    scored = _recording(session)
+    engine = ScriptedEngine(reply_for_triage)
+    try:
+        result = await session.run("where is order 4471?", engine=engine)
+    finally:
+        await engine.aclose()
+    sent = {p.target: p.rank for p in result.steps[0].prefetches if p.speculative}
+    assert sent == {"refunds": 0, "lookup": -1}
+    assert result.steps[1].node == "lookup"
+    assert scored == [(True, 1.0)]
