@@ -23,8 +23,8 @@ from agentwarm.gateway.records import Prefetch
 from agentwarm.gateway.tenants import DEFAULT_TENANT, Tenant
 from agentwarm.predictors import StepContext
 from agentwarm.runtime.policy import PrefetchPolicy
-from agentwarm.runtime.prefetch.misses import held_back, keep_largest
-from agentwarm.runtime.prefetch.rules import scored_branch
+from agentwarm.runtime.prefetch.misses import held_back
+from agentwarm.runtime.prefetch.rules import keep_largest, scored_branch
 
 __all__ = ("LiveSession",)
 

@@ -20,7 +20,7 @@ from agentwarm.engines.base import PrefillStatus, new_rid
 from agentwarm.gateway.live import LiveSession
 from agentwarm.gateway.prompts import Renderer, expected_conversation, expected_points
 from agentwarm.gateway.records import Prefetch
-from agentwarm.runtime.prefetch.misses import keep_largest
+from agentwarm.runtime.prefetch.rules import keep_largest
 
 if TYPE_CHECKING:
     from agentwarm.gateway.heads import HeadRegistry

@@ -1,5 +1,5 @@
 """The gateway's guardrail scores a session's step as the runtime scores a run's
-(``rules.prefetched_branch``): a branch hit when the next request's head was among the targets
+(``rules.scored_branch``): a branch hit when the next request's head was among the targets
 the session chose to prefetch (by any ranking after its last request, not only the last one),
 or that the policy's own limits would have chosen but the guardrail held back (cautious,
 paused: issue 27), else, when nothing was chosen, on its first predictions (issue 15). Each

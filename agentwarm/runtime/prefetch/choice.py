@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agentwarm._spec import END, Miss, MissReason
-from agentwarm.runtime.prefetch.misses import held_back, judged_choice, keep_largest
-from agentwarm.runtime.prefetch.rules import within_budget
+from agentwarm.runtime.prefetch.misses import held_back, judged_choice
+from agentwarm.runtime.prefetch.rules import keep_largest, within_budget
 from agentwarm.runtime.prefetch.spend import IdleClock, SentPrefixes, SpendEstimator
 
 if TYPE_CHECKING:

@@ -30,7 +30,6 @@ __all__ = (
     "Where",
     "held_back",
     "judged_choice",
-    "keep_largest",
     "marks_of",
     "miss_of",
     "verdicts",
@@ -123,12 +122,6 @@ def held_back(judged: Mapping[str, Miss]) -> dict[str, float]:
     """The targets of ``judged`` a tightened guardrail held back, with their probability: the
     guardrail is scored as if they were chosen (the policy's own limits would have been)."""
     return {n: m.p or 0.0 for n, m in judged.items() if m.reason is MissReason.GUARDRAIL}
-
-
-def keep_largest(into: dict[str, float], items: Mapping[str, float]) -> None:
-    """Add ``items`` to ``into``, each name at the larger of its two probabilities."""
-    for name, p in items.items():
-        into[name] = max(into.get(name, 0.0), p)
 
 
 def miss_of(scope: StepScope, target: str, *, enabled: bool) -> Miss:

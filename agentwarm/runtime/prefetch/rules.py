@@ -20,6 +20,7 @@ __all__ = (
     "computed_tokens",
     "fallen_targets",
     "hit_targets",
+    "keep_largest",
     "outcome",
     "plan_warm_up",
     "predicted_branch",
@@ -101,10 +102,16 @@ def chosen_of(prefetches: Mapping[str, Prefetch], held: Mapping[str, float]) -> 
     """The targets a step chose, for :func:`scored_branch`: its speculative prefetches (their
     probability when issued) and ``held`` (chosen, not sent), each at its largest probability."""
     out = dict(held)
-    for target, pf in prefetches.items():
-        if pf.record.speculative:
-            out[target] = max(out.get(target, 0.0), pf.record.probability)
+    keep_largest(
+        out, {t: pf.record.probability for t, pf in prefetches.items() if pf.record.speculative}
+    )
     return out
+
+
+def keep_largest(into: dict[str, float], items: Mapping[str, float]) -> None:
+    """Add ``items`` to ``into``, each name at the larger of its two probabilities."""
+    for name, p in items.items():
+        into[name] = max(into.get(name, 0.0), p)
 
 
 def within_budget(
